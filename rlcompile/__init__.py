@@ -1,0 +1,9 @@
+"""rlcompile: reinforcement-learning agents that make a DNN compiler's decisions.
+
+Three levels, one package: ``rlcompile.graph`` (substitutions on ONNX graphs), ``rlcompile.layer``
+(per-layer primitive selection) and ``rlcompile.kernel`` (schedule search for tensor programs). Shared
+pieces live beside them: ``models`` (zoo and user models), ``backends`` (ONNX Runtime and TVM),
+``measure`` (honest latency statistics) and ``report`` (tables and plots).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,7 @@
+"""Allow ``python -m rlcompile``."""
+
+import sys
+
+from rlcompile.cli import main
+
+sys.exit(main())

@@ -1,0 +1,88 @@
+"""Run several backends side by side on the same model and inputs, in one process.
+
+The first backend is the reference: the others' outputs are compared against it and their latencies
+are given as ratios to it. Every backend is prepared before any is timed, so compilation does not
+heat or load the machine during another backend's measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rlcompile.backends import Backend
+from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, environment, measure_latency
+from rlcompile.models import LoadedModel
+from rlcompile.verify import Agreement, compare_outputs
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class BackendResult:
+    """One backend's latency, preparation time and agreement with the reference."""
+
+    label: str
+    threads: int
+    prepare_seconds: float
+    latency: LatencyStats
+    agreement: Agreement | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "backend": self.label,
+            "threads": self.threads,
+            "prepare_seconds": self.prepare_seconds,
+            "latency": self.latency.to_dict(),
+            "agreement": self.agreement.to_dict() if self.agreement else None,
+        }
+
+
+@dataclass
+class Comparison:
+    """The outcome of :func:`compare_backends`; the first result is the reference."""
+
+    model: str
+    inputs: dict[str, list[int]]
+    results: list[BackendResult]
+    environment: dict = field(default_factory=environment)
+
+    def ratio(self, result: BackendResult) -> float:
+        """Latency relative to the reference (above 1: slower than the reference)."""
+        return result.latency.median_ms / self.results[0].latency.median_ms
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "inputs": self.inputs,
+            "results": [r.to_dict() | {"ratio_to_reference": self.ratio(r)} for r in self.results],
+            "environment": self.environment,
+        }
+
+
+def compare_backends(
+    model: LoadedModel,
+    backends: Sequence[Backend],
+    config: MeasureConfig = DEFAULT,
+    seed: int = 0,
+    progress: Progress = lambda message: None,
+) -> Comparison:
+    """Prepare every backend, run each once on the same random inputs, then time each in turn."""
+    if not backends:
+        raise ValueError("compare_backends needs at least one backend")
+    inputs = model.random_inputs(seed)
+    sessions = []
+    for backend in backends:
+        progress(f"preparing {backend.describe()}")
+        sessions.append(backend.prepare(model))
+    outputs = [session.run(inputs) for session in sessions]
+    results = []
+    for backend, session, output in zip(backends, sessions, outputs, strict=True):
+        progress(f"measuring {backend.describe()}")
+        latency = measure_latency(session.timer(inputs), config)
+        agreement = compare_outputs(outputs[0], output) if results else None
+        results.append(
+            BackendResult(backend.describe(), backend.threads(), session.prepare_seconds, latency, agreement)
+        )
+    shapes = {spec.name: [int(d) for d in spec.shape] for spec in model.inputs}
+    return Comparison(model.name, shapes, results, environment(max(r.threads for r in results)))

@@ -1,0 +1,32 @@
+"""User-facing errors.
+
+Everything raised as an :class:`RlcompileError` is a problem with the user's input or environment, not
+a bug: the CLI prints its message as one line and exits with status 2. Keep messages to one line that
+says what is wrong and, where possible, what to do about it.
+"""
+
+
+class RlcompileError(Exception):
+    """A problem the user can fix; reported as one line, exit status 2."""
+
+    exit_status = 2
+
+
+class ModelError(RlcompileError):
+    """The model cannot be found, read or understood."""
+
+
+class DynamicShapeError(ModelError):
+    """An input has dynamic dimensions and no ``--input-shape`` fixes them."""
+
+
+class UnsupportedOperatorError(ModelError):
+    """A backend cannot handle an operator of the model."""
+
+
+class TargetError(RlcompileError):
+    """The compilation target is unknown or not available on this machine."""
+
+
+class BudgetError(RlcompileError):
+    """A search budget (trials, episodes, time) is empty or invalid."""

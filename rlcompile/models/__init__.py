@@ -1,0 +1,43 @@
+"""Models: the built-in zoo and users' ONNX files, both loaded as :class:`LoadedModel`.
+
+``load_model("resnet18")`` and ``load_model("path/to/model.onnx", {"x": (1, 3, 224, 224)})`` give the
+same kind of object, so every command accepts a zoo name wherever it accepts a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from rlcompile.errors import ModelError
+from rlcompile.models.onnx_model import (
+    LoadedModel,
+    Shape,
+    TensorSpec,
+    fix_input_shapes,
+    graph_inputs,
+    load_onnx_file,
+    parse_input_shapes,
+    read_onnx,
+)
+from rlcompile.models.zoo import ZOO, export_path, get_entry
+
+__all__ = ["ZOO", "LoadedModel", "TensorSpec", "load_model", "parse_input_shapes"]
+
+
+def load_model(spec: str, input_shapes: Mapping[str, Shape] | None = None) -> LoadedModel:
+    """Load a zoo model by name or an ONNX file by path, with static input shapes."""
+    if spec in ZOO:
+        return load_zoo_model(spec, input_shapes or {})
+    path = Path(spec)
+    if path.suffix.lower() != ".onnx" and not path.exists():
+        raise ModelError(f"unknown model {spec!r}: not a zoo model ({', '.join(ZOO)}) and no such file")
+    return load_onnx_file(path, input_shapes)
+
+
+def load_zoo_model(name: str, input_shapes: Mapping[str, Shape]) -> LoadedModel:
+    """A zoo model; its shapes are fixed at export, so overrides may only repeat them."""
+    path = export_path(name)
+    proto = read_onnx(path)
+    inputs, _ = fix_input_shapes(proto, graph_inputs(proto), input_shapes, name)
+    return LoadedModel(name=name, proto=proto, inputs=inputs, source=f"zoo:{name}", notes=[get_entry(name).description])

@@ -1,0 +1,260 @@
+"""Loading ONNX models with static input shapes, the form every level works on.
+
+A user's file is read, its inputs are checked for dynamic dimensions (fixed with ``--input-shape``
+or refused with a one-line error), and a model whose shapes were fixed or that computes shapes at
+run time is folded with ``onnxslim`` so that TVM's Relax frontend can import it. The folded model is
+verified against the original in ONNX Runtime before it replaces it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from rlcompile.errors import DynamicShapeError, ModelError
+from rlcompile.verify import Agreement, compare_outputs
+
+#: Highest IR version ONNX Runtime 1.31 accepts.
+MAX_IR_VERSION = 13
+#: Operators that compute shapes at run time; their presence asks for folding before TVM import.
+SHAPE_COMPUTING_OPS = frozenset({"Shape", "Size", "ConstantOfShape", "NonZero", "Range"})
+
+#: onnxslim passes that change the graph beyond folding; skipped so the fold is exact (fusions
+#: reorder float arithmetic) and the graph level still sees the model's own structure.
+FOLD_SKIPPED_OPTIMIZATIONS = ("graph_fusion", "subexpression_elimination", "weight_tying")
+
+Shape = tuple[int, ...]
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape and dtype of a model input; dims are ints once the shape is static."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: np.dtype
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) and d > 0 for d in self.shape)
+
+    def describe(self) -> str:
+        dims = ",".join(str(d) if d not in (None, "") else "?" for d in self.shape)
+        return f"{self.name}[{dims}] {self.dtype}"
+
+
+@dataclass
+class LoadedModel:
+    """An ONNX model ready for the backends: static input shapes, known provenance."""
+
+    name: str
+    proto: onnx.ModelProto
+    inputs: list[TensorSpec]
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def serialized(self) -> bytes:
+        """The model as bytes (ONNX Runtime takes these; computed once)."""
+        return self.proto.SerializeToString()
+
+    @property
+    def output_names(self) -> list[str]:
+        return [output.name for output in self.proto.graph.output]
+
+    def op_counts(self) -> Counter[str]:
+        return Counter(node.op_type for node in self.proto.graph.node)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Reproducible random inputs; see :func:`random_tensor`."""
+        rng = np.random.default_rng(seed)
+        return {spec.name: random_tensor(spec, rng) for spec in self.inputs}
+
+
+def random_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+    """Standard-normal floats; integers and booleans in {0, 1}, valid as token ids, masks and types."""
+    shape = tuple(int(d) for d in spec.shape)  # type: ignore[arg-type]
+    if np.issubdtype(spec.dtype, np.floating):
+        return rng.standard_normal(shape).astype(spec.dtype)
+    if spec.dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    return rng.integers(0, 2, shape).astype(spec.dtype)
+
+
+def parse_input_shape(text: str) -> tuple[str, Shape]:
+    """Parse ``NAME=1,3,224,224`` (also ``NAME:1x3x224x224``) into a name and a shape."""
+    separator = "=" if "=" in text else ":"
+    name, _, dims = text.rpartition(separator)
+    pieces = [piece.strip() for piece in re.split(r"[,x]", dims)]
+    shape = tuple(int(p) for p in pieces) if all(p.isdigit() for p in pieces) else ()
+    if not name or not shape or any(d <= 0 for d in shape):
+        raise ModelError(f"bad --input-shape {text!r}: expected NAME=D1,D2,... with positive integers")
+    return name, shape
+
+
+def parse_input_shapes(texts: Sequence[str] | None) -> dict[str, Shape]:
+    """Parse repeated ``--input-shape`` values; a name given twice is an error."""
+    shapes: dict[str, Shape] = {}
+    for text in texts or ():
+        name, shape = parse_input_shape(text)
+        if name in shapes:
+            raise ModelError(f"--input-shape given twice for input {name!r}")
+        shapes[name] = shape
+    return shapes
+
+
+def graph_inputs(proto: onnx.ModelProto) -> list[TensorSpec]:
+    """The model's real inputs (graph inputs that are not initializers)."""
+    initializers = {init.name for init in proto.graph.initializer}
+    specs = []
+    for value in proto.graph.input:
+        if value.name in initializers:
+            continue
+        tensor_type = value.type.tensor_type
+        dims: list[Dim] = []
+        for dim in tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                dims.append(int(dim.dim_value))
+            else:
+                dims.append(dim.dim_param or None)
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+        specs.append(TensorSpec(value.name, tuple(dims), dtype))
+    return specs
+
+
+def read_onnx(path: Path) -> onnx.ModelProto:
+    """Read and check an ONNX file, turning every failure into a one-line :class:`ModelError`."""
+    if not path.exists():
+        raise ModelError(f"no such model file: {path}")
+    if path.is_dir():
+        raise ModelError(f"{path} is a directory, not an ONNX file")
+    try:
+        proto = onnx.load(str(path))
+    except Exception as error:  # protobuf raises several unrelated types on garbage
+        raise ModelError(f"cannot read ONNX model {path}: {first_line(error)}") from None
+    if not proto.graph.node:
+        raise ModelError(f"{path} is not an ONNX model with a graph (no nodes found)")
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as error:
+        raise ModelError(f"invalid ONNX model {path}: {first_line(error)}") from None
+    return proto
+
+
+def fix_input_shapes(
+    proto: onnx.ModelProto, inputs: list[TensorSpec], overrides: Mapping[str, Shape], model_name: str
+) -> tuple[list[TensorSpec], bool]:
+    """Apply ``--input-shape`` overrides; refuse unknown names, rank mismatches and leftover dynamics.
+
+    Returns the static input specs and whether the proto was changed.
+    """
+    known = {spec.name for spec in inputs}
+    for name in overrides:
+        if name not in known:
+            listed = ", ".join(spec.describe() for spec in inputs)
+            raise ModelError(f"--input-shape names {name!r}, but {model_name} has inputs: {listed}")
+    fixed: list[TensorSpec] = []
+    changed = False
+    for spec, value in zip(inputs, input_values(proto), strict=True):
+        shape = overrides.get(spec.name)
+        if shape is None:
+            if not spec.is_static:
+                raise DynamicShapeError(
+                    f"input {spec.describe()} of {model_name} has dynamic dims; fix them with "
+                    f"--input-shape {spec.name}={','.join(str(d) if isinstance(d, int) else 'N' for d in spec.shape)}"
+                )
+            fixed.append(spec)
+            continue
+        check_override(spec, shape)
+        if tuple(spec.shape) != shape:
+            set_static_shape(value, shape)
+            changed = True
+        fixed.append(TensorSpec(spec.name, shape, spec.dtype))
+    return fixed, changed
+
+
+def check_override(spec: TensorSpec, shape: Shape) -> None:
+    """An override must keep the input's rank and agree with the dims that are already static."""
+    if len(spec.shape) != len(shape):
+        raise ModelError(
+            f"--input-shape {spec.name} has {len(shape)} dims, but input {spec.describe()} has {len(spec.shape)}"
+        )
+    for index, (dim, wanted) in enumerate(zip(spec.shape, shape, strict=True)):
+        if isinstance(dim, int) and dim != wanted:
+            raise ModelError(
+                f"--input-shape {spec.name} sets dim {index} to {wanted}, but the model fixes it to {dim}"
+            )
+
+
+def input_values(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    initializers = {init.name for init in proto.graph.initializer}
+    return [value for value in proto.graph.input if value.name not in initializers]
+
+
+def set_static_shape(value: onnx.ValueInfoProto, shape: Shape) -> None:
+    dims = value.type.tensor_type.shape.dim
+    for dim, size in zip(dims, shape, strict=True):
+        dim.Clear()
+        dim.dim_value = size
+
+
+def needs_folding(proto: onnx.ModelProto) -> bool:
+    """Whether the graph computes shapes at run time (TVM's frontend wants them constant)."""
+    return any(node.op_type in SHAPE_COMPUTING_OPS for node in proto.graph.node)
+
+
+def fold_model(proto: onnx.ModelProto, inputs: list[TensorSpec]) -> tuple[onnx.ModelProto, Agreement]:
+    """Constant-fold a model with static inputs using onnxslim; verify it against the original in ORT."""
+    import onnxslim
+
+    from rlcompile.backends.ort import run_proto
+
+    try:
+        folded = onnxslim.slim(proto, skip_optimizations=list(FOLD_SKIPPED_OPTIMIZATIONS))
+    except Exception as error:
+        raise ModelError(f"folding the model with onnxslim failed: {first_line(error)}") from None
+    if folded is None:
+        raise ModelError("folding the model with onnxslim returned nothing")
+    folded.ir_version = min(folded.ir_version, MAX_IR_VERSION)
+    feeds = {spec.name: random_tensor(spec, np.random.default_rng(0)) for spec in inputs}
+    try:
+        return folded, compare_outputs(run_proto(proto, feeds), run_proto(folded, feeds))
+    except ValueError as error:
+        raise ModelError(f"folded model does not match the original: {error}") from None
+
+
+def load_onnx_file(path: Path, input_shapes: Mapping[str, Shape] | None = None) -> LoadedModel:
+    """Load a user's ONNX file with static input shapes, folded for import when needed."""
+    proto = read_onnx(path)
+    name = path.stem
+    inputs, changed = fix_input_shapes(proto, graph_inputs(proto), input_shapes or {}, name)
+    model = LoadedModel(name=name, proto=proto, inputs=inputs, source=str(path))
+    if proto.ir_version > MAX_IR_VERSION:
+        proto.ir_version = MAX_IR_VERSION
+        model.notes.append(f"IR version lowered to {MAX_IR_VERSION} for ONNX Runtime")
+    if changed or needs_folding(proto):
+        folded, agreement = fold_model(proto, inputs)
+        if not agreement.within():
+            raise ModelError(
+                f"folding {name} changed its outputs (max rel error {agreement.max_rel:.3g}); it cannot be "
+                "made static safely"
+            )
+        model.proto = folded
+        model.notes.append(f"shapes fixed and folded with onnxslim (max rel error {agreement.max_rel:.2g})")
+    return model
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of an exception's message (TVM and ORT messages span pages)."""
+    for line in str(error).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__

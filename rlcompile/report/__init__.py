@@ -1,0 +1,1 @@
+"""Tables and plots shared by the CLI and the benchmarks."""

@@ -1,0 +1,52 @@
+"""Rich tables for the terminal; each takes plain results and returns a ``rich.table.Table``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.table import Table
+
+from rlcompile.compare import Comparison
+from rlcompile.verify import DEFAULT_RTOL
+
+
+def format_count(value: float) -> str:
+    """1234567 -> '1.23 M'; keeps tables narrow."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f}"
+
+
+def zoo_table(summaries: Iterable[dict]) -> Table:
+    table = Table(title="rlcompile model zoo")
+    for column, justify in (("model", "left"), ("parameters", "right"), ("FLOPs", "right"),
+                            ("inputs", "left"), ("description", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for info in summaries:
+        shapes = ", ".join(f"{name}[{'x'.join(map(str, shape))}]" for name, shape in info["inputs"].items())
+        table.add_row(info["name"], format_count(info["parameters"]), format_count(info["flops"]), shapes,
+                      info["description"])  # fmt: skip
+    return table
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    inputs = ", ".join(f"{name}[{'x'.join(map(str, shape))}]" for name, shape in comparison.inputs.items())
+    table = Table(title=f"{comparison.model} ({inputs}) on {comparison.environment['cpu']}")
+    columns = ("backend", "median ms", "p90 ms", "runs", "ratio", "prepare s", "max abs err", "max rel err", "agrees")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    for result in comparison.results:
+        agreement = result.agreement
+        table.add_row(
+            result.label,
+            f"{result.latency.median_ms:.3f}",
+            f"{result.latency.p90_ms:.3f}",
+            str(result.latency.repeats),
+            f"{comparison.ratio(result):.2f}x",
+            f"{result.prepare_seconds:.2f}",
+            f"{agreement.max_abs:.2e}" if agreement else "reference",
+            f"{agreement.max_rel:.2e}" if agreement else "",
+            ("yes" if agreement.within() else f"NO (> {DEFAULT_RTOL:g})") if agreement else "",
+        )
+    return table

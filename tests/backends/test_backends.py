@@ -1,0 +1,114 @@
+"""ONNX Runtime and TVM behind one interface: outputs agree, timers run, bad input is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlcompile import backends
+from rlcompile.errors import RlcompileError, TargetError, UnsupportedOperatorError
+from rlcompile.models import load_model
+from rlcompile.verify import compare_outputs
+
+
+@pytest.fixture(scope="module")
+def lenet5():
+    return load_model("lenet5")
+
+
+@pytest.mark.parametrize("name", ["lenet5", "squeezenet1_1", "mobilenet_v2", "bert_tiny"])
+def test_ort_and_tvm_agree_on_zoo_models(name: str) -> None:
+    model = load_model(name)
+    inputs = model.random_inputs(seed=7)
+    reference = backends.create("ort").prepare(model).run(inputs)
+    candidate = backends.create("tvm").prepare(model).run(inputs)
+    agreement = compare_outputs(reference, candidate)
+    assert agreement.within(1e-4), agreement
+
+
+def test_user_model_with_dynamic_shapes_runs_on_both(dynamic_conv_model: Path) -> None:
+    model = load_model(str(dynamic_conv_model), {"x": (1, 3, 16, 16)})
+    inputs = model.random_inputs()
+    outputs = [backends.create(name).prepare(model).run(inputs) for name in ("ort", "tvm")]
+    assert outputs[0][0].shape == (1, 8 * 16 * 16)
+    assert compare_outputs(*outputs).within(1e-5)
+
+
+@pytest.mark.parametrize("opt_level", ["disable", "basic", "extended", "all"])
+def test_every_ort_level_gives_the_same_result(lenet5, opt_level: str) -> None:
+    inputs = lenet5.random_inputs()
+    reference = backends.create("ort", opt_level="disable").prepare(lenet5).run(inputs)
+    outputs = backends.create("ort", opt_level=opt_level).prepare(lenet5).run(inputs)
+    assert compare_outputs(reference, outputs).within(1e-5)
+
+
+@pytest.mark.parametrize("name", ["ort", "tvm"])
+def test_session_reports_prepare_time_threads_and_runs_its_timer(lenet5, name: str) -> None:
+    backend = backends.create(name)
+    session = backend.prepare(lenet5)
+    assert session.prepare_seconds > 0
+    assert backend.threads() >= 1 and f"{backend.threads()} threads" in backend.describe()
+    timer = session.timer(lenet5.random_inputs())
+    timer()
+    timer()
+
+
+def test_tvm_uses_this_cpu_and_all_cores() -> None:
+    from rlcompile.measure import host_cores
+
+    backend = backends.create("tvm")
+    assert int(backend.target.attrs["num-cores"]) == host_cores()
+    assert str(backend.target.attrs["mcpu"])  # LLVM must know the CPU to emit its vector instructions
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("nonsense", "unknown target 'nonsense'"), ("opencl", "not supported"), ("cuda", "needs an NVIDIA GPU")],
+)
+def test_bad_targets_are_refused(target: str, message: str) -> None:
+    import tvm
+
+    if target == "cuda" and tvm.cuda(0).exist:
+        pytest.skip("a GPU is present")
+    with pytest.raises(TargetError, match=message):
+        backends.create("tvm", target=target)
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(RlcompileError, match="unknown backend 'tensorrt'"):
+        backends.create("tensorrt")
+
+
+def test_operator_tvm_cannot_import_is_named(tvm_unsupported_model: Path) -> None:
+    model = load_model(str(tvm_unsupported_model))
+    assert backends.create("ort").prepare(model).run(model.random_inputs())[0].size > 0
+    with pytest.raises(UnsupportedOperatorError, match=r"TVM cannot import stft: .*STFT"):
+        backends.create("tvm").prepare(model)
+
+
+def test_operator_ort_cannot_run_is_named(unknown_op_model: Path) -> None:
+    model = load_model(str(unknown_op_model))
+    with pytest.raises(UnsupportedOperatorError, match=r"ONNX Runtime cannot run custom: .*FancyOp") as raised:
+        backends.create("ort").prepare(model)
+    assert "\n" not in str(raised.value)
+
+
+def test_tvm_runs_every_output_of_a_multi_output_model(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    from tests.conftest import save
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
+        "two_outputs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in ("a", "b")],
+    )
+    model = load_model(str(save(graph, tmp_path / "two.onnx")))
+    inputs = {"x": np.array([-1.0, 0.5, 2.0], dtype=np.float32)}
+    outputs = backends.create("tvm").prepare(model).run(inputs)
+    assert len(outputs) == 2
+    np.testing.assert_array_equal(outputs[0], [0.0, 0.5, 2.0])
+    np.testing.assert_array_equal(outputs[1], [1.0, -0.5, -2.0])
