@@ -143,17 +143,13 @@ def projection(in_channels: int, out_channels: int, stride: int) -> nn.Module:
     """Identity when shapes match, else a strided 1x1 convolution with batch norm."""
     if stride == 1 and in_channels == out_channels:
         return nn.Identity()
-    return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
-    )
+    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels))
 
 
 class ResNet(nn.Module):
     """He et al. 2016 for ImageNet."""
 
-    def __init__(
-        self, block: type[BasicBlock | Bottleneck], depths: list[int], num_classes: int = 1000
-    ) -> None:
+    def __init__(self, block: type[BasicBlock | Bottleneck], depths: list[int], num_classes: int = 1000) -> None:
         super().__init__()
         self.stem = nn.Sequential(conv_bn_relu(3, 64, 7, 2, 3), nn.MaxPool2d(3, 2, 1))
         stages: list[nn.Module] = []
@@ -165,9 +161,7 @@ class ResNet(nn.Module):
                 stages.append(block(in_channels, channels, stride))
                 in_channels = channels * block.expansion
         self.stages = nn.Sequential(*stages)
-        self.head = nn.Sequential(
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_channels, num_classes)
-        )
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_channels, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.stages(self.stem(x)))
@@ -259,9 +253,7 @@ class MobileNetV2(nn.Module):
         channels = 32
         for expand_ratio, out_channels, repeats, stride in self.SETTINGS:
             for index in range(repeats):
-                layers.append(
-                    InvertedResidual(channels, out_channels, stride if index == 0 else 1, expand_ratio)
-                )
+                layers.append(InvertedResidual(channels, out_channels, stride if index == 0 else 1, expand_ratio))
                 channels = out_channels
         layers.append(conv_bn_relu(channels, 1280, 1, activation=nn.ReLU6))
         self.features = nn.Sequential(*layers)

@@ -189,9 +189,7 @@ def check_override(spec: TensorSpec, shape: Shape) -> None:
         )
     for index, (dim, wanted) in enumerate(zip(spec.shape, shape, strict=True)):
         if isinstance(dim, int) and dim != wanted:
-            raise ModelError(
-                f"--input-shape {spec.name} sets dim {index} to {wanted}, but the model fixes it to {dim}"
-            )
+            raise ModelError(f"--input-shape {spec.name} sets dim {index} to {wanted}, but the model fixes it to {dim}")
 
 
 def input_values(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

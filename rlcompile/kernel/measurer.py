@@ -1,0 +1,147 @@
+"""Building and timing candidate schedules on the hardware: the expensive step every strategy shares.
+
+MetaSchedule's ``LocalBuilder`` with a lean build function (its default imports TVM's tensor
+intrinsics in every fresh worker pool, ~30 s per batch here: DESIGN.md section 7), and its
+``LocalRunner`` or, for remote devices, ``RPCRunner`` through a TVM RPC tracker. Every candidate comes
+back as a :class:`Measurement` with a status; failures are data, never exceptions.
+
+This module is imported by the builder's worker processes (the build function is pickled by
+reference), so it must stay light: TVM only, no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcompile.errors import RlcompileError
+from rlcompile.tvm_bridge import tvm
+
+BUILD_TIMEOUT_S = 60.0
+RUN_TIMEOUT_S = 30.0
+
+
+def lean_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict | None) -> tvm.runtime.Module:
+    """Build a scheduled PrimFunc without importing tensor intrinsics (our LLVM schedules never tensorize)."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm.tirx.build(mod, target=target)
+
+
+@dataclass(frozen=True)
+class RpcSpec:
+    """Where remote measurements go: a TVM RPC tracker and the device key registered with it."""
+
+    host: str
+    port: int
+    key: str
+
+    @classmethod
+    def parse(cls, tracker: str, key: str | None) -> RpcSpec:
+        host, _, port = tracker.rpartition(":")
+        if not host or not port.isdigit():
+            raise RlcompileError(f"bad --rpc-tracker {tracker!r}: expected HOST:PORT")
+        if not key:
+            raise RlcompileError("--rpc-tracker needs --rpc-key (the key the device's rpc_server registered)")
+        return cls(host, int(port), key)
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How each candidate is timed (MetaSchedule's evaluator: 1 warm-up, then ``number`` x ``repeat``)."""
+
+    number: int = 3
+    repeat: int = 1
+    min_repeat_ms: int = 100
+    build_timeout_s: float = BUILD_TIMEOUT_S
+    run_timeout_s: float = RUN_TIMEOUT_S
+    max_build_workers: int | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The outcome of measuring one candidate. ``seconds`` is the median run time when ``ok``."""
+
+    status: str  # "ok" | "build_error" | "run_error" | "timeout"
+    seconds: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def classify_error(message: str, stage: str) -> Measurement:
+    """Turn a builder/runner error message into a :class:`Measurement` with a one-line summary."""
+    status = "timeout" if "Timeout" in message or "timeout" in message else f"{stage}_error"
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    meaningful = [line for line in lines if not line.startswith(("File ", "Traceback", "LocalBuilder", "LocalRunner"))]
+    return Measurement(status=status, error=(meaningful or lines or [status])[-1][:300])
+
+
+class Measurer:
+    """Builds and runs batches of MetaSchedule measure candidates for one target."""
+
+    def __init__(self, target: tvm.target.Target, settings: MeasureSettings = MeasureSettings(),
+                 rpc: RpcSpec | None = None) -> None:  # fmt: skip
+        from tvm.s_tir.meta_schedule.builder import LocalBuilder
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
+
+        self.target = target
+        self.settings = settings
+        self.rpc = rpc
+        self.builder = LocalBuilder(
+            max_workers=settings.max_build_workers or max(1, os.cpu_count() or 1),
+            timeout_sec=settings.build_timeout_s,
+            f_build=lean_build,
+        )
+        evaluator = EvaluatorConfig(
+            number=settings.number, repeat=settings.repeat, min_repeat_ms=settings.min_repeat_ms,
+            enable_cpu_cache_flush=False,
+        )  # fmt: skip
+        if rpc is None:
+            self.runner = LocalRunner(timeout_sec=settings.run_timeout_s, evaluator_config=evaluator)
+        else:
+            config = RPCConfig(tracker_host=rpc.host, tracker_port=rpc.port, tracker_key=rpc.key,
+                               session_timeout_sec=int(settings.run_timeout_s))  # fmt: skip
+            try:
+                self.runner = RPCRunner(rpc_config=config, evaluator_config=evaluator)
+            except Exception as error:
+                raise RlcompileError(f"cannot use RPC tracker {rpc.host}:{rpc.port} key {rpc.key}: "
+                                     f"{str(error).strip().splitlines()[-1]}") from None  # fmt: skip
+
+    def measure(self, candidates: Sequence) -> list[Measurement]:
+        """Build every candidate, run those that built, and return one measurement per candidate."""
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        if not candidates:
+            return []
+        built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in candidates])
+        measurements: list[Measurement | None] = [None] * len(candidates)
+        runnable = []
+        for index, result in enumerate(built):
+            if result.error_msg:
+                measurements[index] = classify_error(result.error_msg, "build")
+            else:
+                runnable.append(index)
+        device_type = "cuda" if self.target.kind.name == "cuda" else "cpu"
+        futures = self.runner.run(
+            [RunnerInput(built[i].artifact_path, device_type, candidates[i].args_info) for i in runnable]
+        )
+        for index, future in zip(runnable, futures, strict=True):
+            result = future.result()
+            if result.error_msg:
+                measurements[index] = classify_error(result.error_msg, "run")
+            else:
+                seconds = float(np.median([float(s) for s in result.run_secs]))
+                measurements[index] = Measurement(status="ok", seconds=seconds)
+        for result in built:
+            if result.artifact_path:
+                shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
+        return [m for m in measurements if m is not None]

@@ -1,0 +1,25 @@
+"""Kernel search strategies behind one interface, created by name: ``strategies.create("sa", seed=1)``."""
+
+from __future__ import annotations
+
+from rlcompile.errors import RlcompileError
+from rlcompile.kernel.strategies.annealing import SimulatedAnnealing
+from rlcompile.kernel.strategies.base import Proposal, SearchContext, SearchStrategy
+from rlcompile.kernel.strategies.droplet import DropletSearch
+from rlcompile.kernel.strategies.evolutionary import EvolutionarySearch
+from rlcompile.kernel.strategies.random import RandomSearch
+
+__all__ = ["STRATEGIES", "Proposal", "SearchContext", "SearchStrategy", "create"]
+
+STRATEGIES: dict[str, type[SearchStrategy]] = {
+    cls.name: cls for cls in (RandomSearch, SimulatedAnnealing, EvolutionarySearch, DropletSearch)
+}
+
+
+def create(name: str, seed: int = 0, **options) -> SearchStrategy:
+    """Instantiate a strategy by name with its options."""
+    try:
+        cls = STRATEGIES[name]
+    except KeyError:
+        raise RlcompileError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
+    return cls(seed=seed, **options)

@@ -1,0 +1,170 @@
+"""Tuning tasks: the tensor programs of a model (or single layers) that the kernel level schedules.
+
+A model is imported into Relax, legalised and fused by the "zero" pipeline, and MetaSchedule's task
+extraction returns one task per distinct fused PrimFunc, with its weight (how often the model calls
+it). The eight layers the seeds evaluate (RELEASE/Chameleon, Table 2: L1-L8) are standalone conv2d
+PrimFuncs with the shapes of the k-th distinct convolution of AlexNet, VGG-16 and ResNet-18 in graph
+order, so they can be tuned on their own whatever the fusion does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import onnx
+
+from rlcompile.errors import RlcompileError
+from rlcompile.models import LoadedModel, load_model
+from rlcompile.tvm_bridge import import_onnx, tvm
+
+#: The seeds' layers: name -> (zoo model, 1-based index among its distinct convolutions in graph order).
+SEED_LAYERS: dict[str, tuple[str, int]] = {
+    "L1": ("alexnet", 1), "L2": ("alexnet", 4),
+    "L3": ("vgg16", 1), "L4": ("vgg16", 2), "L5": ("vgg16", 4),
+    "L6": ("resnet18", 6), "L7": ("resnet18", 9), "L8": ("resnet18", 11),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """A 2-D convolution workload (NCHW input, OIHW weight)."""
+
+    batch: int
+    in_channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]  # top, left, bottom, right
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+    def label(self) -> str:
+        kind = "dwconv2d" if self.groups == self.in_channels > 1 else "conv2d"
+        groups = f" g{self.groups}" if 1 < self.groups < self.in_channels else ""
+        kernel = f"{self.kernel[0]}" if self.kernel[0] == self.kernel[1] else f"{self.kernel[0]}x{self.kernel[1]}"
+        return (f"{kind} {self.in_channels}x{self.height}x{self.width}->{self.out_channels} "
+                f"k{kernel} s{self.stride[0]}{groups}")  # fmt: skip
+
+    def prim_func_module(self) -> tvm.IRModule:
+        """A standalone conv2d PrimFunc with these shapes (TOPI's NCHW compute definition)."""
+        from tvm import te, topi
+
+        data = te.placeholder((self.batch, self.in_channels, self.height, self.width), name="data")
+        weight = te.placeholder((self.out_channels, self.in_channels // self.groups, *self.kernel), name="weight")
+        if self.groups == 1:
+            output = topi.nn.conv2d_nchw(data, weight, self.stride, self.padding, self.dilation)
+        else:
+            output = topi.nn.group_conv2d_nchw(data, weight, self.stride, self.padding, self.dilation, self.groups)
+        return tvm.IRModule({"main": te.create_prim_func([data, weight, output])})
+
+
+@dataclass
+class Task:
+    """One tensor program to tune."""
+
+    name: str
+    label: str
+    mod: tvm.IRModule
+    target: tvm.target.Target
+    weight: int = 1
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @cached_property
+    def flops(self) -> float:
+        from tvm.s_tir.analysis import estimate_tir_flops
+
+        return float(estimate_tir_flops(self.mod))
+
+    @cached_property
+    def workload_key(self) -> str:
+        """Structural hash of the program: identifies the task in the database across runs."""
+        import tvm_ffi
+
+        return f"{tvm_ffi.structural_hash(self.mod) & (2**64 - 1):016x}"
+
+
+def conv_shapes(proto: onnx.ModelProto) -> list[ConvShape]:
+    """Distinct Conv workloads of an ONNX graph, in graph order (shapes from ONNX shape inference)."""
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    shapes: dict[str, list[int]] = {}
+    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        shapes[value.name] = [d.dim_value for d in dims]
+    for init in proto.graph.initializer:
+        shapes[init.name] = list(init.dims)
+    found: list[ConvShape] = []
+    for node in proto.graph.node:
+        if node.op_type != "Conv":
+            continue
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        batch, channels, height, width = shapes[node.input[0]]
+        weight = shapes[node.input[1]]
+        pads = tuple(attributes.get("pads", [0, 0, 0, 0]))
+        conv = ConvShape(
+            batch, channels, height, width, weight[0], (weight[2], weight[3]),
+            tuple(attributes.get("strides", [1, 1])), (pads[0], pads[1], pads[2], pads[3]),
+            tuple(attributes.get("dilations", [1, 1])), int(attributes.get("group", 1)),
+        )  # fmt: skip
+        if conv not in found:
+            found.append(conv)
+    return found
+
+
+def seed_layer(name: str, target: tvm.target.Target) -> Task:
+    """One of the seeds' layers L1-L8 as a standalone task."""
+    if name not in SEED_LAYERS:
+        raise RlcompileError(f"unknown layer {name!r}; the seed layers are {', '.join(SEED_LAYERS)}")
+    model_name, ordinal = SEED_LAYERS[name]
+    conv = conv_shapes(load_model(model_name).proto)[ordinal - 1]
+    return Task(name=name, label=conv.label(), mod=conv.prim_func_module(), target=target,
+                source=f"{model_name} conv {ordinal}")  # fmt: skip
+
+
+def relax_for_tuning(model: LoadedModel, target: tvm.target.Target) -> tvm.IRModule:
+    """Import and run the "zero" pipeline (legalise + fuse) so task extraction sees the fused calls."""
+    module = import_onnx(model)
+    with target, tvm.transform.PassContext(opt_level=3):
+        return tvm.relax.get_pipeline("zero")(module)
+
+
+def extract_tasks(model: LoadedModel, target: tvm.target.Target) -> list[Task]:
+    """The model's tunable tasks, heaviest first by total FLOPs (weight x FLOPs per call)."""
+    from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract_tasks
+
+    extracted = ms_extract_tasks(relax_for_tuning(model, target), target)
+    tasks = [
+        Task(
+            name=item.task_name,
+            label=describe_prim_func(item.task_name, item.dispatched[0]),
+            mod=item.dispatched[0],
+            target=target,
+            weight=int(item.weight),
+            source=model.name,
+        )
+        for item in extracted
+    ]
+    tasks.sort(key=lambda task: -task.weight * task.flops)
+    return tasks
+
+
+def describe_prim_func(task_name: str, mod: tvm.IRModule) -> str:
+    """A readable label such as ``conv2d 64x56x56->64 k3 s1`` or ``matmul 1x512x1000``."""
+    func = next(iter(mod.functions.values()))
+    shapes = [[int(d) for d in param.shape] for param in func.params if getattr(param, "shape", None) is not None]
+    kind = task_name.removeprefix("fused_")
+    if "conv2d" in kind and len(shapes) >= 2 and len(shapes[0]) == 4 and len(shapes[1]) == 4:
+        (_, channels, height, width), weight, output = shapes[0], shapes[1], shapes[-1]
+        stride = max(1, round(height / output[2])) if len(output) == 4 and output[2] else 1
+        groups = channels // weight[1] if weight[1] else 1
+        prefix = "dwconv2d" if groups == channels > 1 else "conv2d"
+        return f"{prefix} {channels}x{height}x{width}->{weight[0]} k{weight[2]} s{stride} ({kind})"
+    if ("matmul" in kind or "dense" in kind) and len(shapes) >= 2:
+        rows = math.prod(shapes[0][:-1])
+        return f"matmul {rows}x{shapes[0][-1]}x{shapes[-1][-1]} ({kind})"
+    output = "x".join(map(str, shapes[-1])) if shapes else "?"
+    return f"{kind} -> {output}"

@@ -1,0 +1,264 @@
+"""The tuning loop shared by every strategy: propose, measure, record, learn, repeat.
+
+Per task it builds the knob space and a search context, restores whatever the work directory already
+holds (measurements are never repeated), and then runs batches until the task's budget is spent:
+the strategy proposes, the measurer builds and times, the journal and the database record, both cost
+models learn, the strategy observes. Budgets are whole batches handed out round-robin over the tasks in
+order of importance (calls x FLOPs), so a small budget goes to the tasks that matter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rlcompile.errors import BudgetError
+from rlcompile.kernel.cost_model import MIN_TRAINING_SAMPLES, KnobXGB
+from rlcompile.kernel.measurer import Measurement, Measurer
+from rlcompile.kernel.space import KnobSpace
+from rlcompile.kernel.strategies import SearchContext, SearchStrategy
+from rlcompile.kernel.strategies.base import Proposal
+from rlcompile.kernel.tasks import Task
+from rlcompile.kernel.workdir import WorkDir
+
+DEFAULT_TRIALS_PER_TASK = 32
+DEFAULT_BATCH_SIZE = 16
+FAILURE_STATUSES = ("build_error", "run_error", "timeout")
+
+
+def default_trials(task_count: int) -> int:
+    """The budget when none is given: 32 measurements per task."""
+    return DEFAULT_TRIALS_PER_TASK * task_count
+
+
+def allocate(task_count: int, trials: int, batch_size: int) -> list[int]:
+    """Split ``trials`` into whole batches handed out round-robin, most important task first."""
+    if trials <= 0:
+        raise BudgetError(f"the trial budget must be positive, got {trials}")
+    if batch_size <= 0:
+        raise BudgetError(f"the batch size must be positive, got {batch_size}")
+    budgets = [0] * task_count
+    remaining, index = trials, 0
+    while remaining > 0:
+        grant = min(batch_size, remaining)
+        budgets[index % task_count] += grant
+        remaining -= grant
+        index += 1
+    return budgets
+
+
+@dataclass
+class TaskState:
+    """Progress of one task: trials, best latency, failures, time spent, and the history to plot."""
+
+    task: Task
+    budget: int
+    strategy: SearchStrategy
+    context: SearchContext | None = None
+    trials: int = 0
+    resumed: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+    best_seconds: float = math.inf
+    measure_seconds: float = 0.0
+    elapsed_seconds: float = 0.0
+    history: list[dict] = field(default_factory=list)
+    exhausted: bool = False
+
+    @property
+    def failures(self) -> int:
+        return sum(self.statuses[s] for s in FAILURE_STATUSES)
+
+    @property
+    def gflops(self) -> float:
+        return self.task.flops / self.best_seconds / 1e9 if math.isfinite(self.best_seconds) else 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted or self.trials >= self.budget
+
+    def summary(self) -> dict:
+        return {
+            "task": self.task.name, "label": self.task.label, "workload_key": self.task.workload_key,
+            "weight": self.task.weight, "flops": self.task.flops, "budget": self.budget, "trials": self.trials,
+            "resumed": self.resumed, "best_ms": self.best_seconds * 1e3 if math.isfinite(self.best_seconds) else None,
+            "gflops": self.gflops, "statuses": dict(self.statuses), "errors": dict(self.errors.most_common(5)),
+            "search_seconds": self.strategy.stats.search_seconds, "measure_seconds": self.measure_seconds,
+            "elapsed_seconds": self.elapsed_seconds, "search": self.strategy.stats.to_dict(),
+            "exhausted": self.exhausted, "history": self.history,
+        }  # fmt: skip
+
+
+Callback = Callable[[TaskState], None]
+
+
+class Tuner:
+    """Tunes a list of tasks with one strategy per task (created by ``make_strategy``)."""
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        make_strategy: Callable[[], SearchStrategy],
+        work_dir: WorkDir,
+        measurer: Measurer,
+        trials: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        seed: int = 0,
+        callbacks: Sequence[Callback] = (),
+    ) -> None:
+        if not tasks:
+            raise BudgetError("no task to tune")
+        budgets = allocate(len(tasks), trials if trials is not None else default_trials(len(tasks)), batch_size)
+        self.states = [TaskState(task, budget, make_strategy()) for task, budget in zip(tasks, budgets, strict=True)]
+        self.work_dir = work_dir
+        self.measurer = measurer
+        self.batch_size = batch_size
+        self.seed = seed
+        self.callbacks = list(callbacks)
+        self.ms_cost_model = None
+
+    def run(self) -> list[TaskState]:
+        journal = list(self.work_dir.journal())
+        for state in self.states:
+            self.restore(state, [e for e in journal if e["task"] == state.task.workload_key])
+        while True:
+            pending = [s for s in self.states if s.budget > 0 and not s.done]
+            if not pending:
+                break
+            for state in pending:
+                self.run_batch(state)
+        for state in self.states:
+            self.notify(state)
+        return self.states
+
+    def shared_ms_cost_model(self):
+        """MetaSchedule's XGB model, shared across tasks as MetaSchedule does; trains from the same
+        number of samples as the knob model so no strategy ranks on noise longer than another."""
+        if self.ms_cost_model is None:
+            from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+            self.ms_cost_model = XGBModel(num_warmup_samples=MIN_TRAINING_SAMPLES, verbose_eval=0)
+        return self.ms_cost_model
+
+    def context_for(self, state: TaskState) -> SearchContext:
+        from tvm.s_tir import meta_schedule as ms
+
+        if state.context is None:
+            task = state.task
+            tune_context = ms.TuneContext(
+                mod=task.mod,
+                target=task.target,
+                space_generator="post-order-apply",
+                task_name=task.name,
+                num_threads="physical",
+                rand_state=self.seed,
+            )
+            space = KnobSpace.for_task(tune_context)
+            state.context = SearchContext(task=task, tune_context=tune_context, space=space,
+                                          cost_model=KnobXGB(space, self.seed), database=self.work_dir.database,
+                                          ms_cost_model=self.shared_ms_cost_model(), seed=self.seed)  # fmt: skip
+        return state.context
+
+    def restore(self, state: TaskState, entries: list[dict]) -> None:
+        """Rebuild a task's progress from the journal: counts, best, history, cost models."""
+        if not entries:
+            return
+        context = self.context_for(state)
+        configs, seconds = [], []
+        for entry in entries:
+            value = entry["seconds"] if entry["status"] == "ok" else None
+            self.count(state, entry["status"], value, entry.get("error"))
+            context.measured[entry["key"]] = value if value is not None else math.inf
+            config = tuple(entry["config"]) if entry.get("config") is not None else None
+            if config is not None and len(config) == len(context.space.knobs):
+                context.measured_configs[config] = value if value is not None else math.inf
+                configs.append(config)
+                seconds.append(value)
+            state.elapsed_seconds = max(state.elapsed_seconds, entry.get("elapsed", 0.0))
+            state.history.append(
+                {"trial": state.trials, "elapsed": state.elapsed_seconds, "best_ms": state.best_seconds * 1e3}
+            )
+        state.resumed = state.trials
+        context.cost_model.update(configs, seconds)
+        if getattr(state.strategy, "uses_ms_cost_model", False):
+            self.restore_ms_cost_model(context)
+        state.strategy.prepare(context)
+
+    def restore_ms_cost_model(self, context: SearchContext) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        database = context.database
+        workload = database.commit_workload(context.task.mod)
+        records = database.get_top_k(workload, 1 << 20)
+        if records:
+            candidates = [record.as_measure_candidate() for record in records]
+            results = [ms.runner.RunnerResult([float(s) for s in record.run_secs], None) for record in records]
+            context.ms_cost_model.update(context.tune_context, candidates, results)
+
+    def count(self, state: TaskState, status: str, seconds: float | None, error: str | None) -> None:
+        state.trials += 1
+        state.statuses[status] += 1
+        if error:
+            state.errors[error] += 1
+        if seconds is not None:
+            state.best_seconds = min(state.best_seconds, seconds)
+
+    def run_batch(self, state: TaskState) -> None:
+        if state.context is None or state.strategy.context is None:
+            state.strategy.prepare(self.context_for(state))
+        started = time.perf_counter()
+        proposals = state.strategy.propose(min(self.batch_size, state.budget - state.trials))
+        if not proposals:
+            state.exhausted = True
+            self.notify(state)
+            return
+        measure_started = time.perf_counter()
+        candidates = [proposal.candidate() for proposal in proposals]
+        measurements = self.measurer.measure(candidates)
+        state.measure_seconds += time.perf_counter() - measure_started
+        self.record(state, proposals, candidates, measurements, started)
+        state.strategy.observe(proposals, measurements)
+        self.notify(state)
+
+    def record(self, state: TaskState, proposals: list[Proposal], candidates: list, measurements: list[Measurement],
+               started: float) -> None:  # fmt: skip
+        """Journal, database, counters and cost models, in that order (the journal is the resume point)."""
+        from tvm.s_tir import meta_schedule as ms
+
+        context = state.context
+        batch_elapsed = time.perf_counter() - started
+        entries = []
+        for index, (proposal, measurement) in enumerate(zip(proposals, measurements, strict=True)):
+            self.count(state, measurement.status, measurement.seconds, measurement.error)
+            elapsed = state.elapsed_seconds + batch_elapsed * (index + 1) / len(proposals)
+            state.history.append({"trial": state.trials, "elapsed": elapsed, "best_ms": state.best_seconds * 1e3})
+            context.measured[proposal.key] = measurement.seconds if measurement.ok else math.inf
+            if proposal.config is not None:
+                context.measured_configs[proposal.config] = measurement.seconds if measurement.ok else math.inf
+            entries.append({
+                "task": state.task.workload_key, "task_name": state.task.name, "key": proposal.key,
+                "config": list(proposal.config) if proposal.config is not None else None,
+                "status": measurement.status, "seconds": measurement.seconds, "error": measurement.error,
+                "strategy": state.strategy.name, "elapsed": elapsed,
+            })  # fmt: skip
+        state.elapsed_seconds += batch_elapsed
+        workload = context.database.commit_workload(state.task.mod)
+        for proposal, candidate, measurement in zip(proposals, candidates, measurements, strict=True):
+            if measurement.ok:
+                record = ms.database.TuningRecord(
+                    proposal.schedule.trace, workload, [measurement.seconds], state.task.target, candidate.args_info
+                )
+                context.database.commit_tuning_record(record)
+        self.work_dir.append(entries)
+        context.cost_model.update([p.config for p in proposals], [m.seconds if m.ok else None for m in measurements])
+        if getattr(state.strategy, "uses_ms_cost_model", False):
+            results = [ms.runner.RunnerResult([m.seconds] if m.ok else None, None if m.ok else m.error)
+                       for m in measurements]  # fmt: skip
+            context.ms_cost_model.update(context.tune_context, candidates, results)
+
+    def notify(self, state: TaskState) -> None:
+        for callback in self.callbacks:
+            callback(state)

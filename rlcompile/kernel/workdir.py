@@ -1,0 +1,101 @@
+"""A tuning work directory: what makes a run resumable and its results trustworthy.
+
+    environment.json            target, CPU and library versions; a mismatch on resume is refused
+    measurements.jsonl          one line per measured candidate (ok or failed), appended and fsync'd
+                                after every batch: the resume log and the failure record
+    database_workload.json      MetaSchedule JSON database with the successful records only, used to
+    database_tuning_record.json build the tuned model and by MetaSchedule's own search
+    logs/                       MetaSchedule's per-task logs
+
+A run killed at any point (kill -9 included) loses at most the batch in flight: a truncated last line in
+any of the JSON-lines files is dropped when the directory is opened again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlcompile.errors import RlcompileError
+from rlcompile.measure import environment
+
+#: Environment fields that must match for measurements to be comparable.
+MATCHED_FIELDS = ("target", "cpu", "cores", "apache-tvm")
+
+
+def environment_fingerprint(target: str) -> dict:
+    env = environment()
+    return {"target": target, "cpu": env["cpu"], "cores": env["cores"],
+            "apache-tvm": env["packages"]["apache-tvm"], "recorded": env}  # fmt: skip
+
+
+def repair_json_lines(path: Path) -> int:
+    """Drop a truncated final line (a write cut short by a kill); returns how many lines were dropped."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return 0
+    cut = data.rfind(b"\n") + 1
+    with path.open("r+b") as handle:
+        handle.truncate(cut)
+    return 1
+
+
+class WorkDir:
+    """Opens (or creates) a work directory for one target and checks it was made on this machine."""
+
+    def __init__(self, path: Path, target: str) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "logs").mkdir(exist_ok=True)
+        self.journal_path = self.path / "measurements.jsonl"
+        self.workload_path = self.path / "database_workload.json"
+        self.record_path = self.path / "database_tuning_record.json"
+        self.dropped_lines = sum(
+            repair_json_lines(p) for p in (self.journal_path, self.workload_path, self.record_path)
+        )
+        self.check_environment(environment_fingerprint(target))
+        self._database = None
+
+    def check_environment(self, current: dict) -> None:
+        stored_path = self.path / "environment.json"
+        if stored_path.exists():
+            stored = json.loads(stored_path.read_text())
+            for field in MATCHED_FIELDS:
+                if stored.get(field) != current[field]:
+                    raise RlcompileError(
+                        f"work dir {self.path} was tuned with {field}={stored.get(field)!r}, this run has "
+                        f"{current[field]!r}; its measurements do not apply here (use another --work-dir)"
+                    )
+        else:
+            stored_path.write_text(json.dumps(current, indent=1))
+
+    @property
+    def database(self):
+        """MetaSchedule's JSON database in this directory (opened once)."""
+        if self._database is None:
+            from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+            self._database = JSONDatabase(str(self.workload_path), str(self.record_path), allow_missing=True)
+        return self._database
+
+    def journal(self) -> Iterator[dict]:
+        """Every measurement recorded so far, oldest first."""
+        if not self.journal_path.exists():
+            return
+        with self.journal_path.open(encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    yield json.loads(line)
+
+    def append(self, entries: list[dict]) -> None:
+        """Append measurements and force them to disk before the next batch starts."""
+        if not entries:
+            return
+        with self.journal_path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(entry) + "\n" for entry in entries))
+            handle.flush()
+            os.fsync(handle.fileno())
