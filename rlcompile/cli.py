@@ -20,7 +20,7 @@ from rlcompile.measure import QUICK, MeasureConfig
 
 #: Tables are wide; when output is piped rich would squeeze them to 80 columns.
 stdout = Console(width=None if sys.stdout.isatty() else 160)
-stderr = Console(stderr=True)
+stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,9 +103,12 @@ def command_models(args: argparse.Namespace) -> int:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    """Measure one backend on one model and print its median latency."""
+    """Measure one backend on one model (or a built artefact) and print its median latency."""
     from rlcompile.compare import compare_backends
+    from rlcompile.kernel.artifact import is_artifact
 
+    if is_artifact(args.model):
+        return run_artifact(args)
     model = load(args)
     backend = make_backend(args.backend, args)
     with stderr.status("") as status:
@@ -116,6 +119,96 @@ def command_run(args: argparse.Namespace) -> int:
         f"(p90 {latency.p90_ms:.3f} ms, {latency.repeats} runs)"
     )
     write_json(args.json, comparison.to_dict())
+    return 0
+
+
+def run_artifact(args: argparse.Namespace) -> int:
+    """Run a ``model.tar`` from ``rlcompile build``: check it against the stored ORT outputs, then time it."""
+    from rlcompile.backends.tvm import TvmSession
+    from rlcompile.kernel.artifact import load_artifact
+    from rlcompile.measure import measure_latency
+    from rlcompile.tvm_bridge import resolve_target, target_device
+    from rlcompile.verify import compare_outputs
+
+    artifact = load_artifact(Path(args.model))
+    meta = artifact.metadata
+    device = target_device(resolve_target(meta["target"]))
+    session = TvmSession(artifact.library, device, [spec.name for spec in artifact.inputs], 0.0)
+    agreement = compare_outputs(artifact.reference_outputs, session.run(artifact.reference_inputs))
+    with stderr.status(f"measuring {args.model}"):
+        latency = measure_latency(session.timer(artifact.reference_inputs), measure_config(args))
+    verdict = "agrees with" if agreement.within() else "DISAGREES with"
+    stdout.print(
+        f"{meta['model']} ({args.model}, {meta['tuned_tasks']}/{meta['total_tasks']} tasks tuned, {meta['target']}): "
+        f"median {latency.median_ms:.3f} ms (p90 {latency.p90_ms:.3f} ms, {latency.repeats} runs); "
+        f"{verdict} ONNX Runtime (max rel err {agreement.max_rel:.1e})",
+        highlight=False,
+    )
+    write_json(args.json, {"artifact": str(args.model), "metadata": meta, "latency": latency.to_dict(),
+                           "agreement": agreement.to_dict()})  # fmt: skip
+    return 0 if agreement.within() else 1
+
+
+def command_tasks(args: argparse.Namespace) -> int:
+    """List the tunable tasks of a model (or a seed layer) with calls, FLOPs and share of the work."""
+    from rlcompile.kernel.api import load_tasks
+    from rlcompile.models import parse_input_shapes
+    from rlcompile.report.tables import tasks_table
+    from rlcompile.tvm_bridge import resolve_target
+
+    target = resolve_target(args.target)
+    with stderr.status(f"extracting the tasks of {args.model}"):
+        _, tasks = load_tasks(args.model, target, parse_input_shapes(args.input_shape))
+    stdout.print(tasks_table(tasks, f"{args.model}: {len(tasks)} tasks for {args.target}"))
+    return 0
+
+
+def command_tune(args: argparse.Namespace) -> int:
+    """Tune a model's tasks (or a seed layer) with a search strategy; resumable from --work-dir."""
+    from rlcompile.kernel.api import TuneRequest, tune
+    from rlcompile.models import parse_input_shapes
+    from rlcompile.report.progress import TuneProgress
+    from rlcompile.report.tables import tuning_table
+
+    if args.work_dir is None:
+        raise RlcompileError("tune needs --work-dir (in the flags or the --config file)")
+    request = TuneRequest(
+        model=args.model, work_dir=args.work_dir, strategy=args.strategy, trials=args.trials,
+        batch_size=args.batch_size, seed=args.seed, target=args.target, tasks=args.tasks,
+        input_shapes=parse_input_shapes(args.input_shape), rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
+    )  # fmt: skip
+    title = f"{args.model}: {args.strategy}, seed {args.seed}, work dir {args.work_dir}"
+    with TuneProgress(stderr, title) as progress:
+        states = tune(request, [progress], on_start=lambda tasks: stderr.print(
+            f"tuning {len(tasks)} task(s) of {args.model} with {args.strategy}"))  # fmt: skip
+    stdout.print(tuning_table([state for state in states if state.budget], title))
+    unfunded = [state for state in states if not state.budget]
+    if unfunded:
+        stderr.print(f"{len(unfunded)} of {len(states)} tasks got no trials from --trials {args.trials} "
+                     f"(they keep TVM's default schedules; the default budget is 32 per task)")  # fmt: skip
+    summary = [state.summary() for state in states]
+    write_json(Path(args.work_dir) / "tune_summary.json", {"request": {k: str(v) for k, v in vars(args).items()},
+                                                           "tasks": summary})  # fmt: skip
+    resumed = sum(state.resumed for state in states)
+    if resumed:
+        stderr.print(f"resumed: {resumed} measurements were already in {args.work_dir} and were not repeated")
+    failed = [state for state in states if state.trials and not state.gflops]
+    for state in failed:
+        stderr.print(f"[bold red]WARNING: {state.task.label}: no valid candidate in {state.trials} trials; "
+                     f"errors: {dict(state.errors.most_common(2))}[/bold red]")  # fmt: skip
+    return 0
+
+
+def command_build(args: argparse.Namespace) -> int:
+    """Compile a whole model with the tuned records of --work-dir into a deployable .tar."""
+    from rlcompile.kernel.api import build
+    from rlcompile.models import parse_input_shapes
+
+    with stderr.status(f"building {args.model} with the records of {args.work_dir}"):
+        path, (tuned, total) = build(args.model, args.work_dir, args.output, args.target,
+                                     parse_input_shapes(args.input_shape))  # fmt: skip
+    stdout.print(f"wrote {path}: {args.model} for {args.target}, {tuned} of {total} tasks tuned "
+                 f"(the others use TVM's default schedules)")  # fmt: skip
     return 0
 
 
@@ -163,14 +256,64 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_options(compare)
     add_measure_arguments(compare)
     compare.set_defaults(handler=command_compare)
+
+    tasks = commands.add_parser("tasks", help="list a model's tunable tasks (kernel level)")
+    add_model_arguments(tasks)
+    tasks.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
+    tasks.set_defaults(handler=command_tasks)
+
+    tune = commands.add_parser("tune", help="tune a model's kernels with a search strategy (kernel level)")
+    add_model_arguments(tune)
+    tune.add_argument("--strategy", default="evolutionary", help="random, sa, droplet or evolutionary")
+    tune.add_argument("--trials", type=int, default=None, help="measurement budget (default 32 per task)")
+    tune.add_argument("--work-dir", type=Path, default=None, help="where results go; re-run to resume (required)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument(
+        "--tasks", default=None, help="only these tasks: indices or name/label substrings, comma-separated"
+    )
+    tune.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch (default 16)")
+    tune.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
+    tune.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on remote devices")
+    tune.add_argument("--rpc-key", default=None, help="device key registered with the RPC tracker")
+    tune.add_argument("--config", type=Path, default=None, help="JSON file with any of these options as keys")
+    tune.set_defaults(handler=command_tune)
+
+    build = commands.add_parser("build", help="compile a model with tuned records into a deployable .tar")
+    add_model_arguments(build)
+    build.add_argument("--work-dir", type=Path, required=True, help="the work dir of `rlcompile tune`")
+    build.add_argument("-o", "--output", type=Path, required=True, help="artefact path (model.tar)")
+    build.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
+    build.set_defaults(handler=command_build)
     return parser
+
+
+def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                      args: argparse.Namespace) -> argparse.Namespace:  # fmt: skip
+    """``--config FILE``: its keys are option names (``trials``, ``work_dir`` / ``work-dir``); flags given on
+    the command line win over the file."""
+    try:
+        config = json.loads(Path(args.config).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise RlcompileError(f"cannot read --config {args.config}: {error}") from None
+    if not isinstance(config, dict):
+        raise RlcompileError(f"--config {args.config} must hold a JSON object")
+    known = vars(args)
+    options = {key.replace("-", "_"): value for key, value in config.items()}
+    unknown = sorted(set(options) - set(known) - {"model"})
+    if unknown:
+        raise RlcompileError(f"--config {args.config}: unknown option(s) {', '.join(unknown)}")
+    subparser = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+    subparser.set_defaults(**{k: Path(v) if k == "work_dir" else v for k, v in options.items() if k != "model"})
+    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        if getattr(args, "config", None):
+            args = apply_config_file(parser, argv, args)
+        handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except RlcompileError as error:
         stderr.print(f"rlcompile: error: {error}", markup=False, highlight=False, soft_wrap=True)

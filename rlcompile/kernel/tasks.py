@@ -125,9 +125,16 @@ def seed_layer(name: str, target: tvm.target.Target) -> Task:
                 source=f"{model_name} conv {ordinal}")  # fmt: skip
 
 
-def relax_for_tuning(model: LoadedModel, target: tvm.target.Target) -> tvm.IRModule:
-    """Import and run the "zero" pipeline (legalise + fuse) so task extraction sees the fused calls."""
+def prepare_relax(model: LoadedModel) -> tvm.IRModule:
+    """Import and fold batch norms into the preceding convolutions (what both tuning and building see)."""
     module = import_onnx(model)
+    passes = [tvm.relax.transform.FoldBatchnormToConv2D(), tvm.relax.transform.FoldConstant()]
+    return tvm.transform.Sequential(passes)(module)
+
+
+def relax_for_tuning(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """The "zero" pipeline (legalise + fuse): the same fusion ``compile_relax`` applies when building,
+    so the database keys of tuned tasks match at build time."""
     with target, tvm.transform.PassContext(opt_level=3):
         return tvm.relax.get_pipeline("zero")(module)
 
@@ -136,7 +143,7 @@ def extract_tasks(model: LoadedModel, target: tvm.target.Target) -> list[Task]:
     """The model's tunable tasks, heaviest first by total FLOPs (weight x FLOPs per call)."""
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract_tasks
 
-    extracted = ms_extract_tasks(relax_for_tuning(model, target), target)
+    extracted = ms_extract_tasks(relax_for_tuning(prepare_relax(model), target), target)
     tasks = [
         Task(
             name=item.task_name,

@@ -130,8 +130,6 @@ class Tuner:
                 break
             for state in pending:
                 self.run_batch(state)
-        for state in self.states:
-            self.notify(state)
         return self.states
 
     def shared_ms_cost_model(self):

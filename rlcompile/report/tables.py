@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from rich.table import Table
 
@@ -48,5 +48,38 @@ def comparison_table(comparison: Comparison) -> Table:
             f"{agreement.max_abs:.2e}" if agreement else "reference",
             f"{agreement.max_rel:.2e}" if agreement else "",
             ("yes" if agreement.within() else f"NO (> {DEFAULT_RTOL:g})") if agreement else "",
+        )
+    return table
+
+
+def tasks_table(tasks: Sequence, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("#", "task", "label", "calls", "MFLOPs", "share"):
+        table.add_column(column, justify="left" if column in ("task", "label") else "right")
+    total = sum(t.weight * t.flops for t in tasks) or 1.0
+    for index, task in enumerate(tasks):
+        share = task.weight * task.flops / total
+        table.add_row(str(index), task.name, task.label, str(task.weight), f"{task.flops / 1e6:.1f}", f"{share:.1%}")
+    return table
+
+
+def tuning_table(states: Sequence, title: str) -> Table:
+    """Per task: trials, best latency, GFLOPS, failures by kind, search and measurement time."""
+    table = Table(title=title)
+    columns = ("task", "trials", "best ms", "GFLOPS", "build err", "run err", "timeout", "search s", "measure s")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "task" else "right")
+    for state in states:
+        best = f"{state.best_seconds * 1e3:.4f}" if state.gflops else "-"
+        table.add_row(
+            state.task.label,
+            f"{state.trials}/{state.budget}" + (" (exhausted)" if state.exhausted else ""),
+            best,
+            f"{state.gflops:.1f}" if state.gflops else "-",
+            str(state.statuses["build_error"]),
+            str(state.statuses["run_error"]),
+            str(state.statuses["timeout"]),
+            f"{state.strategy.stats.search_seconds:.1f}",
+            f"{state.measure_seconds:.1f}",
         )
     return table

@@ -1,0 +1,109 @@
+"""The kernel level's entry points for the CLI and the benchmarks: list, tune and build.
+
+A model spec is a zoo name, an ONNX path, or one of the seeds' layers (``L1`` ... ``L8``), which is
+tuned on its own as a single task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlcompile.errors import BudgetError, RlcompileError
+from rlcompile.kernel import strategies
+from rlcompile.kernel.measurer import Measurer, MeasureSettings, RpcSpec
+from rlcompile.kernel.tasks import SEED_LAYERS, Task, extract_tasks, seed_layer
+from rlcompile.kernel.tuner import DEFAULT_BATCH_SIZE, Callback, TaskState, Tuner
+from rlcompile.kernel.workdir import WorkDir
+from rlcompile.models import LoadedModel, Shape, load_model
+from rlcompile.tvm_bridge import resolve_target
+
+
+def load_tasks(
+    spec: str, target, input_shapes: Mapping[str, Shape] | None = None
+) -> tuple[LoadedModel | None, list[Task]]:
+    """The tasks of a model (heaviest first), or the single task of a seed layer."""
+    if spec in SEED_LAYERS:
+        return None, [seed_layer(spec, target)]
+    model = load_model(spec, input_shapes)
+    return model, extract_tasks(model, target)
+
+
+def select_tasks(tasks: Sequence[Task], selector: str | None) -> list[Task]:
+    """``--tasks``: comma-separated indices (as listed by ``rlcompile tasks``) or name/label substrings."""
+    if not selector:
+        return list(tasks)
+    chosen: list[Task] = []
+    for item in (part.strip() for part in selector.split(",") if part.strip()):
+        if item.isdigit():
+            if int(item) >= len(tasks):
+                raise RlcompileError(f"--tasks {item}: there are only {len(tasks)} tasks (0..{len(tasks) - 1})")
+            matches = [tasks[int(item)]]
+        else:
+            matches = [t for t in tasks if item in t.name or item in t.label]
+            if not matches:
+                raise RlcompileError(f"--tasks {item!r} matches no task name or label")
+        chosen += [t for t in matches if t not in chosen]
+    return chosen
+
+
+@dataclass
+class TuneRequest:
+    """Everything ``rlcompile tune`` takes (the JSON config file has the same keys)."""
+
+    model: str
+    work_dir: Path
+    strategy: str = "evolutionary"
+    trials: int | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    seed: int = 0
+    target: str = "llvm"
+    tasks: str | None = None
+    input_shapes: dict = field(default_factory=dict)
+    rpc_tracker: str | None = None
+    rpc_key: str | None = None
+    strategy_options: dict = field(default_factory=dict)
+
+
+def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
+         on_start: Callable[[list[Task]], None] | None = None) -> list[TaskState]:  # fmt: skip
+    """Tune the selected tasks; resumes from the work directory's journal."""
+    if request.trials is not None and request.trials <= 0:
+        raise BudgetError(f"--trials must be positive, got {request.trials}")
+    strategies.create(request.strategy, seed=request.seed, **request.strategy_options)  # validate early
+    target = resolve_target(request.target)
+    rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None
+    work_dir = WorkDir(request.work_dir, request.target)
+    _, tasks = load_tasks(request.model, target, request.input_shapes)
+    tasks = select_tasks(tasks, request.tasks)
+    if on_start:
+        on_start(tasks)
+    tuner = Tuner(
+        tasks,
+        lambda: strategies.create(request.strategy, seed=request.seed, **request.strategy_options),
+        work_dir,
+        Measurer(target, MeasureSettings(), rpc),
+        trials=request.trials,
+        batch_size=request.batch_size,
+        seed=request.seed,
+        callbacks=callbacks,
+    )
+    return tuner.run()
+
+
+def build(model_spec: str, work_dir: Path, output: Path, target_text: str = "llvm",
+          input_shapes: Mapping[str, Shape] | None = None) -> tuple[Path, tuple[int, int]]:  # fmt: skip
+    """Compile the whole model with the work directory's records into ``output`` (a .tar)."""
+    from rlcompile.kernel.artifact import build_executable, export_artifact, tuned_coverage
+
+    if model_spec in SEED_LAYERS:
+        raise RlcompileError(f"{model_spec} is a single layer; build a whole model (e.g. {SEED_LAYERS[model_spec][0]})")
+    if not (Path(work_dir) / "environment.json").exists():
+        raise RlcompileError(f"{work_dir} is not a tuning work directory (run `rlcompile tune` first)")
+    target = resolve_target(target_text)
+    directory = WorkDir(work_dir, target_text)
+    model = load_model(model_spec, input_shapes)
+    coverage = tuned_coverage(model, directory, target)
+    executable = build_executable(model, directory, target)
+    return export_artifact(model, executable, target_text, output, coverage), coverage

@@ -1,0 +1,114 @@
+"""Deployable artefacts: a whole model compiled with the tuned records of a work directory.
+
+``model.tar`` holds ``model.so`` (the Relax VM executable, loadable with ``tvm.runtime.load_module``),
+``metadata.json`` (model, inputs, outputs, target, how many tasks were tuned, environment) and
+``reference.npz`` (inputs and ONNX Runtime's outputs for them), so ``rlcompile run model.tar`` can check
+the compiled model without the original file. Tasks without a tuning record keep TVM's default schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rlcompile.errors import ModelError, RlcompileError
+from rlcompile.kernel.tasks import extract_tasks, prepare_relax
+from rlcompile.kernel.workdir import WorkDir
+from rlcompile.measure import environment
+from rlcompile.models import LoadedModel, TensorSpec
+from rlcompile.models.onnx_model import first_line
+from rlcompile.tvm_bridge import tvm
+
+LIBRARY = "model.so"
+METADATA = "metadata.json"
+REFERENCE = "reference.npz"
+
+
+def tuned_coverage(model: LoadedModel, work_dir: WorkDir, target: tvm.target.Target) -> tuple[int, int]:
+    """How many of the model's tasks have at least one valid record in the database."""
+    database = work_dir.database
+    tasks = extract_tasks(model, target)
+    tuned = sum(1 for task in tasks if database.has_workload(task.mod)
+                and database.get_top_k(database.commit_workload(task.mod), 1))  # fmt: skip
+    return tuned, len(tasks)
+
+
+def build_executable(model: LoadedModel, work_dir: WorkDir, target: tvm.target.Target):
+    """Compile the whole model, applying the best record of every tuned task."""
+    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
+
+    try:
+        return compile_relax(work_dir.database, prepare_relax(model), target, params=None)
+    except Exception as error:
+        raise ModelError(f"TVM cannot build {model.name} with the tuned records: {first_line(error)}") from None
+
+
+def export_artifact(model: LoadedModel, executable, target_text: str, output: Path, tuned: tuple[int, int],
+                    seed: int = 0) -> Path:  # fmt: skip
+    """Write ``model.tar`` with the library, metadata and ONNX Runtime reference outputs."""
+    from rlcompile.backends.ort import run_proto
+
+    inputs = model.random_inputs(seed)
+    reference = run_proto(model.proto, inputs)
+    metadata = {
+        "model": model.name,
+        "source": model.source,
+        "inputs": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)} for s in model.inputs],
+        "outputs": model.output_names,
+        "target": target_text,
+        "tuned_tasks": tuned[0],
+        "total_tasks": tuned[1],
+        "environment": environment(),
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        executable.export_library(str(folder / LIBRARY))
+        (folder / METADATA).write_text(json.dumps(metadata, indent=1))
+        arrays = {f"input:{name}": value for name, value in inputs.items()}
+        arrays |= {f"output:{index}": value for index, value in enumerate(reference)}
+        np.savez(folder / REFERENCE, **arrays)
+        with tarfile.open(output, "w") as archive:
+            for name in (LIBRARY, METADATA, REFERENCE):
+                archive.add(folder / name, arcname=name)
+    return output
+
+
+@dataclass
+class Artifact:
+    """A loaded ``model.tar``: the runtime module, its metadata and reference inputs/outputs."""
+
+    path: Path
+    library: object
+    metadata: dict
+    reference_inputs: dict[str, np.ndarray]
+    reference_outputs: list[np.ndarray]
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return [TensorSpec(i["name"], tuple(i["shape"]), np.dtype(i["dtype"])) for i in self.metadata["inputs"]]
+
+
+def is_artifact(spec: str) -> bool:
+    return spec.endswith(".tar") and Path(spec).is_file()
+
+
+def load_artifact(path: Path) -> Artifact:
+    """Unpack and load a ``model.tar`` written by :func:`export_artifact`."""
+    try:
+        with tarfile.open(path) as archive:
+            folder = Path(tempfile.mkdtemp(prefix="rlcompile-artifact-"))
+            archive.extractall(folder, filter="data")
+        metadata = json.loads((folder / METADATA).read_text())
+        library = tvm.runtime.load_module(str(folder / LIBRARY))
+        with np.load(folder / REFERENCE) as arrays:
+            inputs = {key.split(":", 1)[1]: arrays[key] for key in arrays.files if key.startswith("input:")}
+            outputs = [arrays[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in arrays.files))]
+    except (OSError, KeyError, tarfile.TarError, json.JSONDecodeError, ValueError) as error:
+        raise RlcompileError(f"{path} is not an rlcompile artefact: {first_line(error)}") from None
+    return Artifact(path, library, metadata, inputs, outputs)
