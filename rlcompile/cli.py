@@ -19,8 +19,8 @@ from rlcompile.errors import RlcompileError
 from rlcompile.measure import QUICK, MeasureConfig
 
 #: Tables are wide; when output is piped rich would squeeze them to 80 columns.
-stdout = Console(width=None if sys.stdout.isatty() else 160)
-stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+stdout = Console(width=None if sys.stdout.isatty() else 160, soft_wrap=True)
+stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160, soft_wrap=True)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

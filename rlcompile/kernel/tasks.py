@@ -4,11 +4,15 @@ A model is imported into Relax, legalised and fused by the "zero" pipeline, and 
 extraction returns one task per distinct fused PrimFunc, with its weight (how often the model calls
 it). The eight layers the seeds evaluate (RELEASE/Chameleon, Table 2: L1-L8) are standalone conv2d
 PrimFuncs with the shapes of the k-th distinct convolution of AlexNet, VGG-16 and ResNet-18 in graph
-order, so they can be tuned on their own whatever the fusion does.
+order, so they can be tuned on their own whatever the fusion does. The seeds give task indices but no
+shapes; their ResNet-18 (TVM's pre-activation ``relay.testing`` model) has a 1x1 shortcut in the first
+stage and so 12 distinct convolutions where ours (torchvision's) has 11, so L6-L8 here are the 6th, 9th
+and 11th of ours: the rule is reproducible, the shapes may differ from the authors'.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -115,12 +119,18 @@ def conv_shapes(proto: onnx.ModelProto) -> list[ConvShape]:
     return found
 
 
+@functools.cache
+def zoo_conv_shapes(model_name: str) -> tuple[ConvShape, ...]:
+    """Distinct convolutions of a zoo model (loading VGG-16 takes seconds: computed once per process)."""
+    return tuple(conv_shapes(load_model(model_name).proto))
+
+
 def seed_layer(name: str, target: tvm.target.Target) -> Task:
     """One of the seeds' layers L1-L8 as a standalone task."""
     if name not in SEED_LAYERS:
         raise RlcompileError(f"unknown layer {name!r}; the seed layers are {', '.join(SEED_LAYERS)}")
     model_name, ordinal = SEED_LAYERS[name]
-    conv = conv_shapes(load_model(model_name).proto)[ordinal - 1]
+    conv = zoo_conv_shapes(model_name)[ordinal - 1]
     return Task(name=name, label=conv.label(), mod=conv.prim_func_module(), target=target,
                 source=f"{model_name} conv {ordinal}")  # fmt: skip
 

@@ -1,0 +1,63 @@
+"""The tuning loop: budgets, journal, resume without re-measuring, truncated files, environment checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlcompile.errors import BudgetError, RlcompileError
+from rlcompile.kernel import strategies
+from rlcompile.kernel.measurer import Measurer
+from rlcompile.kernel.tuner import Tuner, allocate
+from rlcompile.kernel.workdir import WorkDir, repair_json_lines
+
+
+def test_allocate_hands_out_whole_batches_round_robin() -> None:
+    assert allocate(3, 40, 16) == [16, 16, 8]
+    assert allocate(3, 100, 16) == [36, 32, 32]
+    assert allocate(19, 64, 16) == [16, 16, 16, 16] + [0] * 15
+    assert sum(allocate(5, 123, 7)) == 123
+    with pytest.raises(BudgetError):
+        allocate(2, 0, 16)
+    with pytest.raises(BudgetError):
+        allocate(2, 10, 0)
+
+
+def tuner(task, path, trials, name="random"):
+    return Tuner([task], lambda: strategies.create(name, seed=3), WorkDir(path, "llvm"),
+                 Measurer(task.target), trials=trials, batch_size=8)  # fmt: skip
+
+
+def test_tune_records_and_resumes_without_remeasuring(small_conv_task, tmp_path) -> None:
+    first = tuner(small_conv_task, tmp_path, 8).run()[0]
+    assert first.trials == 8 and first.statuses["ok"] == 8 and first.gflops > 0
+    journal = [json.loads(line) for line in (tmp_path / "measurements.jsonl").read_text().splitlines()]
+    assert len(journal) == 8 and all(entry["status"] == "ok" for entry in journal)
+
+    second = tuner(small_conv_task, tmp_path, 16).run()[0]
+    assert second.resumed == 8 and second.trials == 16
+    journal = [json.loads(line) for line in (tmp_path / "measurements.jsonl").read_text().splitlines()]
+    assert len(journal) == 16 and len({entry["key"] for entry in journal}) == 16
+    assert second.best_seconds <= first.best_seconds
+
+    done = tuner(small_conv_task, tmp_path, 16).run()[0]  # budget already spent: nothing new
+    assert done.trials == 16 and done.resumed == 16
+    assert len((tmp_path / "measurements.jsonl").read_text().splitlines()) == 16
+
+
+def test_truncated_last_line_is_dropped(tmp_path) -> None:
+    path = tmp_path / "measurements.jsonl"
+    path.write_text('{"a": 1}\n{"b": 2}\n{"c": ')
+    assert repair_json_lines(path) == 1
+    assert path.read_text() == '{"a": 1}\n{"b": 2}\n'
+    assert repair_json_lines(path) == 0
+
+
+def test_resume_on_another_target_is_refused(tmp_path) -> None:
+    WorkDir(tmp_path, "llvm")
+    environment = json.loads((tmp_path / "environment.json").read_text())
+    environment["cpu"] = "Some Other CPU"
+    (tmp_path / "environment.json").write_text(json.dumps(environment))
+    with pytest.raises(RlcompileError, match="cpu='Some Other CPU'"):
+        WorkDir(tmp_path, "llvm")
