@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlcompile.errors import RlcompileError
-from rlcompile.kernel.measurer import MeasureSettings, Measurer, RpcSpec, classify_error
+from rlcompile.kernel.measurer import Measurer, MeasureSettings, RpcSpec, classify_error
 from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.strategies.base import Proposal
 from tests.kernel.conftest import SMALL_CONV, make_task, tune_context

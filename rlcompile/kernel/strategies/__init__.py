@@ -8,12 +8,17 @@ from rlcompile.kernel.strategies.base import Proposal, SearchContext, SearchStra
 from rlcompile.kernel.strategies.droplet import DropletSearch
 from rlcompile.kernel.strategies.evolutionary import EvolutionarySearch
 from rlcompile.kernel.strategies.random import RandomSearch
+from rlcompile.kernel.strategies.rl import Chameleon, PPOSearch
 
 __all__ = ["STRATEGIES", "Proposal", "SearchContext", "SearchStrategy", "create"]
 
 STRATEGIES: dict[str, type[SearchStrategy]] = {
-    cls.name: cls for cls in (RandomSearch, SimulatedAnnealing, EvolutionarySearch, DropletSearch)
+    cls.name: cls for cls in (RandomSearch, SimulatedAnnealing, EvolutionarySearch, DropletSearch, PPOSearch, Chameleon)
 }
+
+
+#: Strategies whose batch can be chosen by adaptive sampling from their search trajectory.
+SAMPLING_STRATEGIES = ("sa", "rl", "chameleon")
 
 
 def create(name: str, seed: int = 0, **options) -> SearchStrategy:
@@ -22,4 +27,9 @@ def create(name: str, seed: int = 0, **options) -> SearchStrategy:
         cls = STRATEGIES[name]
     except KeyError:
         raise RlcompileError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
-    return cls(seed=seed, **options)
+    if "sampling" in options and name not in SAMPLING_STRATEGIES:
+        raise RlcompileError(f"--sampling applies to {', '.join(SAMPLING_STRATEGIES)}, not {name}")
+    try:
+        return cls(seed=seed, **options)
+    except (TypeError, ValueError) as error:
+        raise RlcompileError(f"bad option for strategy {name}: {error}") from None

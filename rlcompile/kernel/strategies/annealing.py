@@ -14,6 +14,7 @@ import heapq
 
 import numpy as np
 
+from rlcompile.kernel.sampling import adaptive_sample
 from rlcompile.kernel.space import Config, with_knob
 from rlcompile.kernel.strategies.base import Proposal, SearchStrategy
 
@@ -29,8 +30,15 @@ class SimulatedAnnealing(SearchStrategy):
         early_stop: int = 50,
         epsilon: float = 0.05,
         temperature: tuple[float, float] = (1.0, 0.0),
+        sampling: str = "greedy",
     ) -> None:
         super().__init__(seed)
+        if sampling not in ("greedy", "adaptive"):
+            raise ValueError(f"sampling must be greedy or adaptive, not {sampling!r}")
+        self.sampling = sampling
+        #: Measurements adaptive sampling asked for per batch (Figure 6).
+        self.samples_per_batch: list[int] = []
+        self.trajectory: list[Config] = []
         self.chains = chains
         self.max_iterations = max_iterations
         self.early_stop = early_stop
@@ -46,6 +54,11 @@ class SimulatedAnnealing(SearchStrategy):
             return self.random_proposals(count)
         greedy = max(1, round(count * (1 - self.epsilon)))
         ranked = self.find_maximums(max(count, greedy))
+        if self.sampling == "adaptive":
+            sample = adaptive_sample(self.context.space, self.trajectory, self.context.measured_configs, self.rng,
+                                     seed=self.seed)  # fmt: skip
+            self.samples_per_batch.append(len(sample.configs))
+            return self.realise(sample.configs, count)
         taken: set[str] = set()
         proposals = self.realise(ranked, greedy, taken)
         return proposals + self.random_proposals(count - len(proposals), taken)
@@ -58,6 +71,7 @@ class SimulatedAnnealing(SearchStrategy):
         points = list(self.points)
         scores = self.predict(points)
         excluded = set(self.context.measured_configs)
+        self.trajectory = []
         heap: list[tuple[float, int, Config | None]] = [(-np.inf, -index, None) for index in range(count)]
         in_heap: set[Config] = set()
         start, end = self.temperature
@@ -67,6 +81,7 @@ class SimulatedAnnealing(SearchStrategy):
         while iteration < self.max_iterations and iteration < last_change + self.early_stop:
             new_points = [self.random_walk(point, space.sizes) for point in points]
             new_scores = self.predict(new_points)
+            self.trajectory += new_points
             accept = self.rng.random(len(points)) < np.exp(np.minimum((new_scores - scores) / (temperature + 1e-5), 1))
             for index in np.flatnonzero(accept):
                 points[index], scores[index] = new_points[index], new_scores[index]
