@@ -14,6 +14,7 @@ and the measurements and wall time needed to come within 5% of ``evolutionary``'
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import shutil
@@ -41,7 +42,8 @@ WITHIN = 1.05
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", default=",".join(SEED_LAYERS))
-    parser.add_argument("--strategies", default="random,sa,droplet,evolutionary")
+    parser.add_argument("--strategies", default="random,sa,droplet,evolutionary,rl,chameleon",
+                        help="names; NAME+adaptive adds adaptive sampling (e.g. sa+adaptive)")  # fmt: skip
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seeds", default="0", help="comma-separated; results are per seed and averaged")
@@ -62,10 +64,12 @@ def first_within(history: list[dict], threshold_ms: float) -> tuple[int | None, 
 
 
 def run_one(task, name: str, seed: int, args, measurer: Measurer) -> dict:
-    work_dir = args.out / "work" / task.name / name / f"seed{seed}"
+    work_dir = args.out / "work" / task.name / name.replace("+", "_") / f"seed{seed}"
     shutil.rmtree(work_dir, ignore_errors=True)
     started = time.perf_counter()
-    tuner = Tuner([task], lambda: strategies.create(name, seed=seed), WorkDir(work_dir, "llvm"), measurer,
+    strategy, options = strategies.parse_spec(name)
+    make = functools.partial(strategies.create, strategy, seed=seed, **options)
+    tuner = Tuner([task], make, WorkDir(work_dir, "llvm"), measurer,
                   trials=args.trials, batch_size=args.batch_size, seed=seed)  # fmt: skip
     state = tuner.run()[0]
     summary = state.summary()

@@ -176,6 +176,7 @@ def command_tune(args: argparse.Namespace) -> int:
         model=args.model, work_dir=args.work_dir, strategy=args.strategy, trials=args.trials,
         batch_size=args.batch_size, seed=args.seed, target=args.target, tasks=args.tasks,
         input_shapes=parse_input_shapes(args.input_shape), rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
+        strategy_options={"sampling": args.sampling} if args.sampling else {},
     )  # fmt: skip
     title = f"{args.model}: {args.strategy}, seed {args.seed}, work dir {args.work_dir}"
     with TuneProgress(stderr, title) as progress:
@@ -264,7 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     tune = commands.add_parser("tune", help="tune a model's kernels with a search strategy (kernel level)")
     add_model_arguments(tune)
-    tune.add_argument("--strategy", default="evolutionary", help="random, sa, droplet or evolutionary")
+    tune.add_argument(
+        "--strategy", default="evolutionary", help="random, sa, droplet, evolutionary, rl or chameleon (rl + adaptive)"
+    )
+    tune.add_argument(
+        "--sampling", default=None, choices=["greedy", "adaptive"],
+        help="how sa / rl / chameleon pick the batch: best predicted (greedy) or k-means of the trajectory",
+    )  # fmt: skip
     tune.add_argument("--trials", type=int, default=None, help="measurement budget (default 32 per task)")
     tune.add_argument("--work-dir", type=Path, default=None, help="where results go; re-run to resume (required)")
     tune.add_argument("--seed", type=int, default=0)

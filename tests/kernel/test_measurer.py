@@ -48,7 +48,7 @@ def test_timeouts_are_reported(target, candidates, stage, settings) -> None:
 
 
 def test_error_summary_is_the_meaningful_last_line() -> None:
-    message = "LocalRunner: An exception occurred\nTraceback (most recent call last):\n  File \"x\"\nValueError: bad"
+    message = 'LocalRunner: An exception occurred\nTraceback (most recent call last):\n  File "x"\nValueError: bad'
     assert classify_error(message, "run").error == "ValueError: bad"
     assert classify_error("LocalBuilder: Timeout, killed after 1 seconds", "build").status == "timeout"
 

@@ -20,7 +20,7 @@ from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.strategies import STRATEGIES, SearchContext
 from tests.kernel.conftest import SMALL_CONV, make_task, tune_context
 
-KNOB_STRATEGIES = ["random", "sa", "droplet"]
+KNOB_STRATEGIES = ["random", "sa", "droplet", "rl", "chameleon"]
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +94,14 @@ def test_same_seed_same_proposals(name, task, space, tmp_path) -> None:
 
 def test_model_guided_searches_beat_random_on_a_known_objective(task, space, tmp_path) -> None:
     best = {}
-    for name in ("random", "sa", "droplet"):
+    for name in ("random", "sa", "droplet", "rl"):
         context = new_context(task, space, tmp_path)
         strategy = strategies.create(name, seed=0)
         strategy.prepare(context)
         for _ in range(6):
             record(context, strategy, strategy.propose(8))
         best[name] = min(context.measured.values())
-    assert best["sa"] < best["random"] and best["droplet"] < best["random"], best
+    assert best["sa"] < best["random"] and best["droplet"] < best["random"] and best["rl"] < best["random"], best
 
 
 def test_sa_is_random_until_the_model_is_trained_then_anneals(task, space, tmp_path) -> None:
@@ -137,6 +137,39 @@ def test_evolutionary_wraps_metaschedule(task, space, tmp_path) -> None:
 
 
 def test_every_strategy_is_registered_and_unknown_names_fail() -> None:
-    assert set(STRATEGIES) == {"random", "sa", "droplet", "evolutionary"}
+    assert set(STRATEGIES) == {"random", "sa", "droplet", "evolutionary", "rl", "chameleon"}
     with pytest.raises(RlcompileError, match="unknown strategy 'genetic'"):
         strategies.create("genetic")
+
+
+def test_rl_keeps_learning_and_counts_steps(task, space, tmp_path) -> None:
+    context = new_context(task, space, tmp_path)
+    strategy = strategies.create("rl", seed=0, episodes=32, max_steps=60)
+    strategy.prepare(context)
+    record(context, strategy, strategy.propose(8))  # random until the cost model is trained
+    weights = [p.detach().clone() for p in strategy.network.parameters()]
+    for _ in range(2):
+        record(context, strategy, strategy.propose(8))
+    assert len(strategy.steps_per_batch) == 2 and all(1 <= s <= 60 for s in strategy.steps_per_batch)
+    assert strategy.stats.predictions == 32 * sum(strategy.steps_per_batch)
+    changed = [not p.detach().equal(w) for p, w in zip(strategy.network.parameters(), weights, strict=True)]
+    assert all(changed)  # the same network keeps training across batches
+
+
+def test_chameleon_measures_what_adaptive_sampling_asks_for(task, space, tmp_path) -> None:
+    context = new_context(task, space, tmp_path)
+    strategy = strategies.create("chameleon", seed=0, episodes=32, max_steps=60)
+    strategy.prepare(context)
+    record(context, strategy, strategy.propose(16))
+    proposals = strategy.propose(16)
+    assert strategy.samples_per_batch and len(proposals) <= strategy.samples_per_batch[-1] <= 63
+
+
+def test_sampling_option_and_specs() -> None:
+    assert strategies.parse_spec("sa+adaptive") == ("sa", {"sampling": "adaptive"})
+    assert strategies.parse_spec("rl") == ("rl", {})
+    assert strategies.create("sa", sampling="adaptive").sampling == "adaptive"
+    with pytest.raises(RlcompileError, match="--sampling applies to"):
+        strategies.create("random", sampling="adaptive")
+    with pytest.raises(RlcompileError, match="bad option"):
+        strategies.create("rl", sampling="sometimes")

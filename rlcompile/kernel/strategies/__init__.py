@@ -10,7 +10,7 @@ from rlcompile.kernel.strategies.evolutionary import EvolutionarySearch
 from rlcompile.kernel.strategies.random import RandomSearch
 from rlcompile.kernel.strategies.rl import Chameleon, PPOSearch
 
-__all__ = ["STRATEGIES", "Proposal", "SearchContext", "SearchStrategy", "create"]
+__all__ = ["STRATEGIES", "Proposal", "SearchContext", "SearchStrategy", "create", "parse_spec"]
 
 STRATEGIES: dict[str, type[SearchStrategy]] = {
     cls.name: cls for cls in (RandomSearch, SimulatedAnnealing, EvolutionarySearch, DropletSearch, PPOSearch, Chameleon)
@@ -19,6 +19,12 @@ STRATEGIES: dict[str, type[SearchStrategy]] = {
 
 #: Strategies whose batch can be chosen by adaptive sampling from their search trajectory.
 SAMPLING_STRATEGIES = ("sa", "rl", "chameleon")
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``"sa+adaptive"`` -> ``("sa", {"sampling": "adaptive"})``: how benchmarks name ablations."""
+    name, _, sampling = spec.partition("+")
+    return name, ({"sampling": sampling} if sampling else {})
 
 
 def create(name: str, seed: int = 0, **options) -> SearchStrategy:
