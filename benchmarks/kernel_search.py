@@ -14,29 +14,23 @@ and the measurements and wall time needed to come within 5% of ``evolutionary``'
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
-import shutil
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile.kernel import strategies
+from rlcompile.kernel.experiments import compare_to_reference, run_strategy, show
 from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.tasks import SEED_LAYERS, seed_layer
-from rlcompile.kernel.tuner import Tuner
-from rlcompile.kernel.workdir import WorkDir
 from rlcompile.measure import environment
+from rlcompile.report.plots import tuning_curves
 from rlcompile.tvm_bridge import resolve_target
 
 console = Console(width=160)
 REFERENCE = "evolutionary"
-WITHIN = 1.05
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,84 +49,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def first_within(history: list[dict], threshold_ms: float) -> tuple[int | None, float | None]:
-    """Measurements and wall seconds after which the best latency is within the threshold."""
-    for point in history:
-        if point["best_ms"] <= threshold_ms:
-            return point["trial"], point["elapsed"]
-    return None, None
-
-
-def run_one(task, name: str, seed: int, args, measurer: Measurer) -> dict:
-    work_dir = args.out / "work" / task.name / name.replace("+", "_") / f"seed{seed}"
-    shutil.rmtree(work_dir, ignore_errors=True)
-    started = time.perf_counter()
-    strategy, options = strategies.parse_spec(name)
-    make = functools.partial(strategies.create, strategy, seed=seed, **options)
-    tuner = Tuner([task], make, WorkDir(work_dir, "llvm"), measurer,
-                  trials=args.trials, batch_size=args.batch_size, seed=seed)  # fmt: skip
-    state = tuner.run()[0]
-    summary = state.summary()
-    summary["wall_seconds"] = time.perf_counter() - started
-    console.log(f"{task.name} {name} seed {seed}: best {summary['best_ms']} ms after {state.trials} measurements, "
-                f"search {summary['search_seconds']:.1f} s, measure {summary['measure_seconds']:.1f} s")  # fmt: skip
-    return summary
-
-
-def compare_to_reference(runs: dict[str, list[dict]]) -> dict[str, dict]:
-    """Per strategy: mean final best and the cost of reaching 5% of the reference's final best."""
-    reference_runs = runs.get(REFERENCE) or next(iter(runs.values()))
-    reference_best = statistics.mean(r["best_ms"] for r in reference_runs if r["best_ms"])
-    rows = {}
-    for name, seeded in runs.items():
-        reached = [first_within(r["history"], WITHIN * reference_best) for r in seeded]
-        hits = [(n, t) for n, t in reached if n is not None]
-        bests = [r["best_ms"] for r in seeded if r["best_ms"]]
-        rows[name] = {
-            "best_ms": statistics.mean(bests) if bests else None,
-            "gflops": statistics.mean(r["gflops"] for r in seeded),
-            "search_seconds": statistics.mean(r["search_seconds"] for r in seeded),
-            "wall_seconds": statistics.mean(r["elapsed_seconds"] for r in seeded),
-            "reached": f"{len(hits)}/{len(seeded)}",
-            "measurements_to_reference": statistics.mean(n for n, _ in hits) if hits else None,
-            "seconds_to_reference": statistics.mean(t for _, t in hits) if hits else None,
-            "failures": sum(sum(v for k, v in r["statuses"].items() if k != "ok") for r in seeded),
-        }  # fmt: skip
-    return {"reference_best_ms": reference_best, "strategies": rows}
-
-
-def show(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layers = list(results)
-    figure, axes = plt.subplots(len(layers), 2, figsize=(11, 3.2 * len(layers)), squeeze=False)
-    for row, layer in enumerate(layers):
-        for name, seeded in results[layer]["runs"].items():
-            history = seeded[0]["history"]
-            trials = [p["trial"] for p in history if math.isfinite(p["best_ms"])]
-            best = [p["best_ms"] for p in history if math.isfinite(p["best_ms"])]
-            elapsed = [p["elapsed"] for p in history if math.isfinite(p["best_ms"])]
-            axes[row][0].plot(trials, best, label=name)
-            axes[row][1].plot(elapsed, best, label=name)
-        label = results[layer]["label"]
-        axes[row][0].set_title(f"{layer}: {label}", fontsize=9)
-        axes[row][0].set_xlabel("measurements")
-        axes[row][1].set_xlabel("wall time (s): search + build + run")
-        for column in (0, 1):
-            axes[row][column].set_ylabel("best latency (ms)")
-            axes[row][column].set_yscale("log")
-        axes[row][0].legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -143,13 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     for layer in args.layers.split(","):
         task = seed_layer(layer, target)
-        runs = {name: [run_one(task, name, seed, args, measurer) for seed in seeds] for name in names}
-        results[layer] = {"label": task.label, "flops": task.flops, "runs": runs} | compare_to_reference(runs)
+
+        def log(message: str, layer: str = layer) -> None:
+            console.log(f"{layer} {message}")
+
+        runs = {
+            name: [run_strategy([task], name, seed, args.trials, args.batch_size,
+                                args.out / "work" / layer / name.replace("+", "_") / f"seed{seed}", measurer, log)
+                   for seed in seeds]
+            for name in names
+        }  # fmt: skip
+        results[layer] = {"label": task.label, "flops": task.flops, "runs": runs}
+        results[layer] |= compare_to_reference(runs, REFERENCE)
         payload = {"benchmark": "kernel_search", "args": {k: str(v) for k, v in vars(args).items()},
                    "environment": environment(), "layers": results}  # fmt: skip
         (args.out / "kernel_search.json").write_text(json.dumps(payload, indent=1))
     table = Table(title=f"Kernel search, {args.trials} measurements, batch {args.batch_size}, seeds {seeds}")
-    for column in ("layer", "strategy", "best ms", "GFLOPS", "vs evolutionary", "reached 5%",
+    for column in ("layer", "strategy", "best ms", "GFLOPS", f"vs {REFERENCE}", "reached 5%",
                    "measurements to 5%", "seconds to 5%", "search s", "total s", "failed"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("layer", "strategy") else "right")
     for layer, result in results.items():
@@ -161,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                 show(row["search_seconds"], ".1f"), show(row["wall_seconds"], ".0f"), str(row["failures"]),
             )  # fmt: skip
     console.print(table)
-    plot(results, args.out / "kernel_search.png")
+    panels = {f"{layer}: {r['label']}": {n: runs[0]["tasks"][0]["history"] for n, runs in r["runs"].items()}
+              for layer, r in results.items()}  # fmt: skip
+    tuning_curves(panels, args.out / "kernel_search.png")
     console.print(f"wrote {args.out / 'kernel_search.json'} and {args.out / 'kernel_search.png'}")
     return 0
 
