@@ -28,7 +28,15 @@ from rich.table import Table
 from rlcompile import backends
 from rlcompile.backends.tvm import TvmSession
 from rlcompile.kernel.artifact import build_executable
-from rlcompile.kernel.experiments import WITHIN, first_within, run_strategy, show
+from rlcompile.kernel.experiments import (
+    WITHIN,
+    first_within,
+    history_panels,
+    run_layer,
+    run_strategy,
+    show,
+    warm_up,
+)
 from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.tasks import SEED_LAYERS, extract_tasks, seed_layer
 from rlcompile.kernel.workdir import WorkDir
@@ -93,12 +101,8 @@ def run_layers(args, names, seeds, measurer, target) -> dict:
     results = {}
     for layer in [item for item in args.layers.split(",") if item]:
         task = seed_layer(layer, target)
-        runs = {
-            name: [run_strategy([task], name, seed, args.trials, args.batch_size,
-                                args.out / "work" / layer / name.replace("+", "_") / f"seed{seed}", measurer,
-                                lambda m, layer=layer: console.log(f"{layer} {m}")) for seed in seeds]
-            for name in names
-        }  # fmt: skip
+        runs = run_layer(task, names, seeds, args.trials, args.batch_size, args.out, measurer,
+                         lambda m, layer=layer: console.log(f"{layer} {m}"))  # fmt: skip
         results[layer] = {"label": task.label, "runs": runs, "chameleon_vs": layer_comparison(runs)}
     return results
 
@@ -179,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.strategies.split(",") if n]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     measurer = Measurer(target)
+    warm_up()
     layers = run_layers(args, names, seeds, measurer, target)
     models = run_models(args, names, seeds, measurer, target)
     payload = {"benchmark": "chameleon", "args": {k: str(v) for k, v in vars(args).items()},
@@ -186,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "chameleon.json").write_text(json.dumps(payload, indent=1))
     print_tables(layers, models, names, args)
     if layers:
-        panels = {f"{layer}: {r['label']}": {n: runs[0]["tasks"][0]["history"] for n, runs in r["runs"].items()}
-                  for layer, r in layers.items()}  # fmt: skip
-        tuning_curves(panels, args.out / "chameleon.png")
+        tuning_curves(history_panels(layers), args.out / "chameleon.png")
     console.print(f"wrote {args.out / 'chameleon.json'} and {args.out / 'chameleon.png'}")
     return 0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile.kernel.experiments import compare_to_reference, run_strategy, show
+from rlcompile.kernel.experiments import compare_to_reference, history_panels, run_layer, show, warm_up
 from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.tasks import SEED_LAYERS, seed_layer
 from rlcompile.measure import environment
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.strategies.split(",") if n]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     measurer = Measurer(target)
+    warm_up()
     results: dict[str, dict] = {}
     for layer in args.layers.split(","):
         task = seed_layer(layer, target)
@@ -63,12 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         def log(message: str, layer: str = layer) -> None:
             console.log(f"{layer} {message}")
 
-        runs = {
-            name: [run_strategy([task], name, seed, args.trials, args.batch_size,
-                                args.out / "work" / layer / name.replace("+", "_") / f"seed{seed}", measurer, log)
-                   for seed in seeds]
-            for name in names
-        }  # fmt: skip
+        runs = run_layer(task, names, seeds, args.trials, args.batch_size, args.out, measurer, log)
         results[layer] = {"label": task.label, "flops": task.flops, "runs": runs}
         results[layer] |= compare_to_reference(runs, REFERENCE)
         payload = {"benchmark": "kernel_search", "args": {k: str(v) for k, v in vars(args).items()},
@@ -87,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 show(row["search_seconds"], ".1f"), show(row["wall_seconds"], ".0f"), str(row["failures"]),
             )  # fmt: skip
     console.print(table)
-    panels = {f"{layer}: {r['label']}": {n: runs[0]["tasks"][0]["history"] for n, runs in r["runs"].items()}
-              for layer, r in results.items()}  # fmt: skip
-    tuning_curves(panels, args.out / "kernel_search.png")
+    tuning_curves(history_panels(results), args.out / "kernel_search.png")
     console.print(f"wrote {args.out / 'kernel_search.json'} and {args.out / 'kernel_search.png'}")
     return 0
 

@@ -20,6 +20,12 @@ from rlcompile.kernel.workdir import WorkDir
 WITHIN = 1.05
 
 
+def warm_up() -> None:
+    """Pay TVM's one-off costs (MetaSchedule imports its tensor intrinsics, ~30 s) before anything is timed,
+    so they are not charged to whichever strategy runs first."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
 def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch_size: int, work_dir: Path,
                  measurer: Measurer, log: Callable[[str], None] = print) -> dict:  # fmt: skip
     """Tune ``tasks`` from scratch with strategy ``spec`` (e.g. ``sa+adaptive``); return the summary."""
@@ -86,3 +92,22 @@ def compare_to_reference(runs: dict[str, list[dict]], reference: str) -> dict:
 
 def show(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def run_layer(task: Task, specs: Sequence[str], seeds: Sequence[int], trials: int, batch_size: int, out: Path,
+              measurer: Measurer, log: Callable[[str], None] = print) -> dict[str, list[dict]]:  # fmt: skip
+    """Every strategy on one task, each seed in its own fresh work directory under ``out/work/TASK``."""
+    return {
+        spec: [run_strategy([task], spec, seed, trials, batch_size,
+                            out / "work" / task.name / spec.replace("+", "_") / f"seed{seed}", measurer, log)
+               for seed in seeds]
+        for spec in specs
+    }  # fmt: skip
+
+
+def history_panels(layers: dict[str, dict]) -> dict[str, dict[str, list[dict]]]:
+    """Plot panels (one per layer) of the first seed's best-latency history of every strategy."""
+    return {
+        f"{layer}: {result['label']}": {spec: runs[0]["tasks"][0]["history"] for spec, runs in result["runs"].items()}
+        for layer, result in layers.items()
+    }
