@@ -27,6 +27,7 @@ class EvolutionarySearch(SearchStrategy):
         self.tune_context = None
         self.batch_size = 0
         self.candidates: list = []
+        self.candidate_keys: list[str] = []
 
     def prepare(self, context: SearchContext) -> None:
         super().prepare(context)
@@ -51,14 +52,10 @@ class EvolutionarySearch(SearchStrategy):
             self.start(count)
         self.stats.steps += 1
         candidates = self.tune_context.generate_measure_candidates() or []
-        proposals, kept = [], []
-        for candidate in candidates:
-            proposal = Proposal(candidate.sch, self.context.space.from_schedule(candidate.sch))
-            if not self.context.is_measured(proposal.key):
-                proposals.append(proposal)
-                kept.append(candidate)
+        proposals = [Proposal(c.sch, self.context.space.from_schedule(c.sch)) for c in candidates]
         self.candidates = list(candidates)
-        self.kept = kept
+        self.candidate_keys = [p.key for p in proposals]
+        proposals = [p for p in proposals if not self.context.is_measured(p.key)]
         return proposals[:count]
 
     def observe(self, proposals: list[Proposal], measurements: list[Measurement]) -> None:
@@ -67,8 +64,8 @@ class EvolutionarySearch(SearchStrategy):
 
         by_key = {p.key: m for p, m in zip(proposals, measurements, strict=True)}
         results = []
-        for candidate in self.candidates:
-            measurement = by_key.get(Proposal(candidate.sch, None).key)
+        for key in self.candidate_keys:
+            measurement = by_key.get(key)
             if measurement is not None and measurement.ok:
                 results.append(ms.runner.RunnerResult([measurement.seconds], None))
             else:
