@@ -34,16 +34,15 @@ from rlcompile.kernel.experiments import (
     history_panels,
     run_layer,
     run_strategy,
+    setup,
     show,
-    warm_up,
 )
-from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.tasks import SEED_LAYERS, extract_tasks, seed_layer
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.measure import DEFAULT, QUICK, environment, measure_latency
 from rlcompile.models import load_model
 from rlcompile.report.plots import tuning_curves
-from rlcompile.tvm_bridge import resolve_target, tvm
+from rlcompile.tvm_bridge import tvm
 
 console = Console(width=170)
 STRATEGIES = "sa,rl,sa+adaptive,chameleon,evolutionary"
@@ -178,12 +177,8 @@ def print_tables(layers: dict, models: dict, names: list[str], args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    target = resolve_target("llvm")
-    names = [n for n in args.strategies.split(",") if n]
-    seeds = [int(s) for s in args.seeds.split(",") if s]
-    measurer = Measurer(target)
-    warm_up()
+    names, seeds, measurer = setup(args.out, args.strategies, args.seeds)
+    target = measurer.target
     layers = run_layers(args, names, seeds, measurer, target)
     models = run_models(args, names, seeds, measurer, target)
     payload = {"benchmark": "chameleon", "args": {k: str(v) for k, v in vars(args).items()},

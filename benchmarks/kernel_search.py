@@ -22,12 +22,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile.kernel.experiments import compare_to_reference, history_panels, run_layer, show, warm_up
-from rlcompile.kernel.measurer import Measurer
+from rlcompile.kernel.experiments import compare_to_reference, history_panels, run_layer, setup, show
 from rlcompile.kernel.tasks import SEED_LAYERS, seed_layer
 from rlcompile.measure import environment
 from rlcompile.report.plots import tuning_curves
-from rlcompile.tvm_bridge import resolve_target
 
 console = Console(width=160)
 REFERENCE = "evolutionary"
@@ -51,12 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    target = resolve_target("llvm")
-    names = [n for n in args.strategies.split(",") if n]
-    seeds = [int(s) for s in args.seeds.split(",") if s]
-    measurer = Measurer(target)
-    warm_up()
+    names, seeds, measurer = setup(args.out, args.strategies, args.seeds)
+    target = measurer.target
     results: dict[str, dict] = {}
     for layer in args.layers.split(","):
         task = seed_layer(layer, target)

@@ -20,6 +20,17 @@ from rlcompile.kernel.workdir import WorkDir
 WITHIN = 1.05
 
 
+def setup(out: Path, specs: str, seeds: str) -> tuple[list[str], list[int], Measurer]:
+    """What every kernel benchmark starts with: the output folder, the strategy specs and seeds from their
+    comma-separated flags, one measurer for the local CPU, and TVM's one-off costs already paid."""
+    from rlcompile.tvm_bridge import resolve_target
+
+    out.mkdir(parents=True, exist_ok=True)
+    measurer = Measurer(resolve_target("llvm"))
+    warm_up()
+    return [s for s in specs.split(",") if s], [int(s) for s in seeds.split(",") if s], measurer
+
+
 def warm_up() -> None:
     """Pay TVM's one-off costs (MetaSchedule imports its tensor intrinsics, ~30 s) before anything is timed,
     so they are not charged to whichever strategy runs first."""
