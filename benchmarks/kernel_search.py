@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         payload = {"benchmark": "kernel_search", "args": {k: str(v) for k, v in vars(args).items()},
                    "environment": environment(), "layers": results}  # fmt: skip
         (args.out / "kernel_search.json").write_text(json.dumps(payload, indent=1))
+    reference = next(iter(results.values()))["reference"] if results else REFERENCE
     table = Table(title=f"Kernel search, {args.trials} measurements, batch {args.batch_size}, seeds {seeds}")
-    for column in ("layer", "strategy", "best ms", "GFLOPS", f"vs {REFERENCE}", "reached 5%",
+    for column in ("layer", "strategy", "best ms", "GFLOPS", f"vs {reference}", "reached 5%",
                    "measurements to 5%", "seconds to 5%", "search s", "total s", "failed"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("layer", "strategy") else "right")
     for layer, result in results.items():

@@ -75,12 +75,13 @@ def first_within(history: list[dict], threshold_ms: float) -> tuple[int | None, 
 
 def compare_to_reference(runs: dict[str, list[dict]], reference: str) -> dict:
     """Per strategy (single-task runs): mean final best, and the measurements and seconds needed to come
-    within 5% of the reference strategy's mean final best."""
+    within 5% of the reference strategy's mean final best (the first strategy when the reference did not run)."""
 
     def best(run: dict) -> float | None:
         return run["tasks"][0]["best_ms"]
 
-    reference_runs = runs.get(reference) or next(iter(runs.values()))
+    reference = reference if reference in runs else next(iter(runs))  # fall back to the first strategy
+    reference_runs = runs[reference]
     reference_best = statistics.mean(b for r in reference_runs if (b := best(r)))
     rows = {}
     for name, seeded in runs.items():

@@ -31,6 +31,7 @@ def test_compare_to_reference_counts_the_cost_of_reaching_five_percent() -> None
     assert result["strategies"]["evolutionary"]["measurements_to_reference"] == 3
     assert result["strategies"]["random"]["reached"] == "0/1"
     assert result["strategies"]["random"]["measurements_to_reference"] is None
+    assert compare_to_reference({"sa": runs["sa"]}, "evolutionary")["reference"] == "sa"
 
 
 def test_history_panels_take_the_first_seed() -> None:
