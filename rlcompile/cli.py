@@ -213,6 +213,37 @@ def command_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_graph(args: argparse.Namespace) -> int:
+    """Rewrite a model's graph with a search agent, verify it, time it against the original, save it."""
+    import onnx
+
+    from rlcompile.graph.api import GraphRequest, optimize_graph
+    from rlcompile.report.tables import graph_run_table, rewrites_table
+
+    request = GraphRequest(
+        agent=args.agent, max_steps=args.steps, time_limit_s=args.time_limit, alpha=args.alpha, cost=args.cost,
+        clean=not args.no_clean, rule_ids=args.rules.split(",") if args.rules else None, seed=args.seed,
+        timing=measure_config(args),
+    )  # fmt: skip
+    request.validate()
+    model = load(args)
+    with stderr.status("") as status:
+        def on_step(step: int, best_ms: float, evaluated: int) -> None:
+            status.update(f"{args.agent}: step {step}/{args.steps}, best est. {best_ms:.3f} ms, {evaluated} graphs")
+
+        run = optimize_graph(model, request, progress=lambda message: stderr.print(f"[dim]{message}[/dim]"),
+                             on_step=on_step)  # fmt: skip
+    rewrites = run.result.rewrites[: run.kept_rewrites]
+    stdout.print(rewrites_table(rewrites, run.result.initial_cost_ms, f"{len(rewrites)} rewrites applied"))
+    stdout.print(graph_run_table(run))
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(run.proto, str(args.output), save_as_external_data=run.proto.ByteSize() > 2_000_000_000)
+        stdout.print(f"wrote {args.output}")
+    write_json(args.json, run.to_dict())
+    return 0 if run.agreement.within() else 1
+
+
 def command_compare(args: argparse.Namespace) -> int:
     """Run all backends side by side on the same inputs: latency ratios and numerical agreement."""
     from rlcompile.compare import compare_backends
@@ -284,6 +315,20 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--rpc-key", default=None, help="device key registered with the RPC tracker")
     tune.add_argument("--config", type=Path, default=None, help="JSON file with any of these options as keys")
     tune.set_defaults(handler=command_tune)
+
+    graph = commands.add_parser("graph", help="rewrite a model's graph with substitution rules (graph level)")
+    add_model_arguments(graph)
+    graph.add_argument("--agent", default="taso", help="greedy or taso (default taso)")
+    graph.add_argument("-o", "--output", type=Path, default=None, help="write the optimised graph here (.onnx)")
+    graph.add_argument("--steps", type=int, default=100, help="graphs expanded at most (default 100)")
+    graph.add_argument("--time-limit", type=float, default=300.0, help="search seconds at most (default 300)")
+    graph.add_argument("--alpha", type=float, default=1.05, help="taso: queue graphs costing < alpha x best")
+    graph.add_argument("--cost", default="sum", choices=["sum", "measured"],
+                       help="sum of cached per-operator ORT times (default) or the whole graph timed")
+    graph.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
+    graph.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
+    add_measure_arguments(graph)
+    graph.set_defaults(handler=command_graph)
 
     build = commands.add_parser("build", help="compile a model with tuned records into a deployable .tar")
     add_model_arguments(build)

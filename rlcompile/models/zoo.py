@@ -110,10 +110,14 @@ ZOO: dict[str, ZooEntry] = {
 }  # fmt: skip
 
 
+def cache_root() -> Path:
+    """The tool's cache: ``$RLCOMPILE_CACHE``, else ``~/.cache/rlcompile``."""
+    return Path(os.environ.get("RLCOMPILE_CACHE") or Path.home() / ".cache" / "rlcompile")
+
+
 def cache_dir() -> Path:
     """Where exported models and their summaries are kept."""
-    root = os.environ.get("RLCOMPILE_CACHE") or Path.home() / ".cache" / "rlcompile"
-    return Path(root) / "zoo"
+    return cache_root() / "zoo"
 
 
 def get_entry(name: str) -> ZooEntry:

@@ -83,3 +83,39 @@ def tuning_table(states: Sequence, title: str) -> Table:
             f"{state.measure_seconds:.1f}",
         )
     return table
+
+
+def rewrites_table(rewrites: Sequence, initial_cost_ms: float, title: str) -> Table:
+    """The rewrites a graph search applied, each with the estimated cost after it."""
+    table = Table(title=title)
+    for column in ("#", "rule", "location", "est. cost ms", "change"):
+        table.add_column(column, justify="right" if column in ("#", "est. cost ms", "change") else "left")
+    previous = initial_cost_ms
+    for index, rewrite in enumerate(rewrites, 1):
+        change = f"{rewrite.cost_after_ms - previous:+.3f}"
+        table.add_row(str(index), rewrite.rule, " + ".join(rewrite.location), f"{rewrite.cost_after_ms:.3f}", change)
+        previous = rewrite.cost_after_ms
+    return table
+
+
+def graph_run_table(run) -> Table:
+    """Before/after of ``rlcompile graph``: estimated cost, ORT latency, nodes, agreement."""
+    table = Table(title=f"{run.model_name}: {run.agent}")
+    for column in ("", "nodes", "est. cost ms", "ORT median ms", "ORT p90 ms"):
+        table.add_column(column, justify="left" if not column else "right")
+    result = run.result
+    table.add_row(
+        "original", str(run.nodes_before), "", f"{run.original_ms.median_ms:.3f}", f"{run.original_ms.p90_ms:.3f}"
+    )
+    table.add_row("cleaned (search start)", "", f"{result.initial_cost_ms:.3f}", "", "")
+    table.add_row(
+        "optimised", str(run.nodes_after), f"{result.final_cost_ms:.3f}", f"{run.optimized_ms.median_ms:.3f}",
+        f"{run.optimized_ms.p90_ms:.3f}",
+    )  # fmt: skip
+    agreement = "agrees" if run.agreement.within(DEFAULT_RTOL) else "DISAGREES"
+    table.caption = (
+        f"optimised/original ORT latency {1 / run.speedup:.3f}x; {agreement} with the original "
+        f"(max rel err {run.agreement.max_rel:.1e}); search {result.search_seconds:.1f} s, {result.steps} steps, "
+        f"{result.graphs_evaluated} graphs costed, stopped by {result.stopped_by}"
+    )
+    return table

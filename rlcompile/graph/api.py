@@ -1,0 +1,190 @@
+"""The graph level end to end: clean, search, verify, time, save.
+
+``optimize_graph`` is what ``rlcompile graph`` runs: the exporter's graph is cleaned with the fusion
+rules, searched with the chosen agent on the chosen cost model, and the result is checked against the
+original in ONNX Runtime on random inputs. If the final graph disagrees, the rewrites are replayed
+one by one and the sequence is cut before the first one that breaks agreement, so what is written out
+always computes what the original computes. Finally both graphs are timed side by side in ONNX
+Runtime (ORT_ENABLE_ALL), alternating, and the medians are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from rlcompile.backends.ort import OrtBackend, run_proto
+from rlcompile.errors import RlcompileError
+from rlcompile.graph import onnx_graph, rules, search
+from rlcompile.graph.cost import CostModel, MeasuredCostModel, OperatorCostModel
+from rlcompile.graph.search import Rewrite, SearchBudget, SearchResult
+from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_latency, summarize
+from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.verify import Agreement, compare_outputs
+
+#: The fusions run before the search ("clean"); the search uses every other rule.
+CLEANUP_RULES = ("fuse_conv_batchnorm", "fuse_conv_mul", "fuse_conv_add")
+
+
+@dataclass
+class GraphRequest:
+    agent: str = "taso"
+    max_steps: int = 100
+    time_limit_s: float = 300.0
+    alpha: float = 1.05
+    cost: str = "sum"
+    clean: bool = True
+    rule_ids: Sequence[str] | None = None
+    seed: int = 0
+    timing: MeasureConfig = DEFAULT
+
+    def validate(self) -> None:
+        if self.max_steps < 1 or self.time_limit_s <= 0:
+            raise RlcompileError("empty budget: --steps and --time-limit must be positive")
+        search.create(self.agent)
+        if self.cost not in ("sum", "measured"):
+            raise RlcompileError(f"unknown cost model {self.cost!r}; choose from sum, measured")
+
+
+@dataclass
+class GraphRun:
+    """Everything ``rlcompile graph`` reports."""
+
+    model_name: str
+    agent: str
+    cleanup: list[Rewrite]
+    result: SearchResult
+    kept_rewrites: int
+    agreement: Agreement
+    original_ms: LatencyStats
+    optimized_ms: LatencyStats
+    proto: onnx.ModelProto = field(repr=False)
+    nodes_before: int = 0
+    nodes_after: int = 0
+    operators_timed: int = 0
+
+    @property
+    def speedup(self) -> float:
+        return self.original_ms.median_ms / self.optimized_ms.median_ms
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model_name,
+            "agent": self.agent,
+            "cleanup": [rewrite.to_dict() for rewrite in self.cleanup],
+            "search": self.result.summary(),
+            "kept_rewrites": self.kept_rewrites,
+            "agreement": self.agreement.to_dict(),
+            "ort_original_ms": self.original_ms.median_ms,
+            "ort_optimized_ms": self.optimized_ms.median_ms,
+            "ratio_optimized_over_original": self.optimized_ms.median_ms / self.original_ms.median_ms,
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "operators_timed": self.operators_timed,
+        }
+
+
+Progress = Callable[[str], None]
+
+
+def build_cost_model(name: str, feeds: dict[str, np.ndarray]) -> CostModel:
+    return OperatorCostModel() if name == "sum" else MeasuredCostModel(feeds)
+
+
+def optimize_graph(
+    model: LoadedModel,
+    request: GraphRequest,
+    progress: Progress = lambda message: None,
+    on_step: search.base.ProgressCallback | None = None,
+) -> GraphRun:
+    request.validate()
+    feeds = model.random_inputs(request.seed)
+    original = onnx_graph.from_proto(model.proto)
+    cost_model = build_cost_model(request.cost, feeds)
+    working, cleanup = original, []
+    if request.clean:
+        working, cleanup = search.apply_exhaustively(original, rules.all_rules(list(CLEANUP_RULES)))
+        progress(f"cleaned: {len(cleanup)} fusions, {len(original.graph)} -> {len(working.graph)} nodes")
+    searcher = search.create(
+        request.agent, budget=SearchBudget(request.max_steps, request.time_limit_s), **agent_options(request)
+    )
+    progress(f"searching with {request.agent} ({cost_model.name} cost model)")
+    result = searcher.search(working, search_rules(request), cost_model, on_step)
+    cost_model.save()
+    progress("verifying against the original in ONNX Runtime")
+    reference = run_proto(model.proto, feeds)
+    final, kept, agreement = verified(working, result.rewrites, reference, feeds)
+    if kept < len(result.rewrites):
+        progress(f"rewrite {kept + 1} broke agreement; keeping the first {kept}")
+    proto = onnx_graph.to_proto(final)
+    progress("timing original and optimised graphs side by side")
+    original_ms, optimized_ms = time_side_by_side([model.proto, proto], feeds, request.timing)
+    return GraphRun(
+        model.name,
+        request.agent,
+        cleanup,
+        result,
+        kept,
+        agreement,
+        original_ms,
+        optimized_ms,
+        proto,
+        len(original.graph),
+        len(final.graph),
+        getattr(cost_model, "measured", 0),
+    )
+
+
+def agent_options(request: GraphRequest) -> dict:
+    return {"alpha": request.alpha} if request.agent == "taso" else {}
+
+
+def search_rules(request: GraphRequest) -> list[rules.Rule]:
+    ids = list(request.rule_ids) if request.rule_ids else [i for i in rules.RULE_IDS if i not in CLEANUP_RULES]
+    return rules.all_rules(ids)
+
+
+def agreement_of(model: ir.Model, reference: list[np.ndarray], feeds: dict[str, np.ndarray]) -> Agreement:
+    return compare_outputs(reference, run_proto(onnx_graph.to_proto(model), feeds))
+
+
+def verified(
+    start: ir.Model, rewrites: Sequence[Rewrite], reference: list[np.ndarray], feeds: dict[str, np.ndarray]
+) -> tuple[ir.Model, int, Agreement]:
+    """The searched graph if it agrees with the original; else the longest agreeing prefix of rewrites."""
+    final = replay(start, rewrites)
+    agreement = agreement_of(final, reference, feeds)
+    if agreement.within():
+        return final, len(rewrites), agreement
+    model = start
+    for index, rewrite in enumerate(rewrites):
+        candidate = rules.create(rewrite.rule).apply(model, rules.Location(rewrite.location))
+        step_agreement = agreement_of(candidate, reference, feeds)
+        if not step_agreement.within():
+            return model, index, agreement_of(model, reference, feeds)
+        model = candidate
+    return model, len(rewrites), agreement_of(model, reference, feeds)
+
+
+def replay(model: ir.Model, rewrites: Sequence[Rewrite]) -> ir.Model:
+    """Apply recorded rewrites again (rule ids and node names are stable), e.g. to re-check them."""
+    for rewrite in rewrites:
+        model = rules.create(rewrite.rule).apply(model, rules.Location(rewrite.location))
+    return model
+
+
+def time_side_by_side(
+    protos: Sequence[onnx.ModelProto], feeds: dict[str, np.ndarray], timing: MeasureConfig, rounds: int = 2
+) -> list[LatencyStats]:
+    """Time each graph in ORT_ENABLE_ALL, alternating ``rounds`` times; medians over all samples."""
+    backend = OrtBackend("all")
+    sessions = [backend.prepare(LoadedModel(f"graph{i}", proto, [], "memory")) for i, proto in enumerate(protos)]
+    samples: list[list[float]] = [[] for _ in protos]
+    for _ in range(rounds):
+        for index, session in enumerate(sessions):
+            samples[index].extend(measure_latency(session.timer(feeds), timing).samples_ms)
+    return [summarize(values) for values in samples]

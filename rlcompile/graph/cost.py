@@ -1,0 +1,215 @@
+"""What a graph costs: the sum of per-operator runtimes measured with ONNX Runtime, or the whole graph timed.
+
+:class:`OperatorCostModel` is TASO's cost model on this machine: each operator is timed once per
+(op type, input shapes and dtypes, which inputs are constants, attributes) in a one-node ONNX Runtime
+session, and the result is kept in a JSON file under the cache directory so later runs (and other
+models with the same layers) never time it again. Operators whose inputs are all constants cost
+nothing: ONNX Runtime folds them. :class:`MeasuredCostModel` times the whole graph instead
+(ORT_ENABLE_ALL); it is exact on this machine and far slower, so searches use the sum and the CLI
+reports the measured latency of the result beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+
+from rlcompile.backends.ort import create_session, session_options
+from rlcompile.errors import RlcompileError
+from rlcompile.graph import onnx_graph
+from rlcompile.measure import MeasureConfig, cpu_model, host_cores, measure_latency
+from rlcompile.models.onnx_model import MAX_IR_VERSION, first_line
+from rlcompile.models.zoo import cache_root
+
+#: Timing of one operator: short, because a zoo model has hundreds of distinct operators.
+OPERATOR_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
+_COST = "rlcompile.cost"
+#: Constant integer inputs up to this size are part of the key (shapes for Reshape, sizes for Split).
+_KEYED_CONSTANT_SIZE = 64
+
+
+class CostModel(ABC):
+    """Estimates a graph's latency in milliseconds; lower is better."""
+
+    name: str
+
+    @abstractmethod
+    def graph_cost(self, model: ir.Model) -> float: ...
+
+    def save(self) -> None:  # noqa: B027 -- optional hook, most cost models learn nothing
+        """Persist whatever was learnt (nothing by default)."""
+
+
+def value_key(value: ir.Value | None) -> str:
+    if value is None:
+        return "-"
+    shape = onnx_graph.static_shape(value)
+    text = f"{value.dtype}{list(shape) if shape is not None else '?'}"
+    if not onnx_graph.is_constant(value):
+        return text
+    array = onnx_graph.constant_array(value)
+    if array is not None and array.dtype.kind in "iub" and array.size <= _KEYED_CONSTANT_SIZE:
+        return f"{text}=c{array.reshape(-1).tolist()}"
+    return f"{text}=c"
+
+
+def operator_key(node: ir.Node) -> str:
+    """What an operator's runtime depends on: op, attributes, input shapes/dtypes and constness."""
+    inputs = ",".join(value_key(value) for value in node.inputs)
+    return f"{node.domain}:{node.op_type}({onnx_graph.attributes_key(node)})[{inputs}]"
+
+
+def folds_away(node: ir.Node) -> bool:
+    """ONNX Runtime computes it once at load time: a Constant, or every input a constant."""
+    return node.op_type == "Constant" or all(value is None or onnx_graph.is_constant(value) for value in node.inputs)
+
+
+def feed_for(value: ir.Value, rng: np.random.Generator) -> np.ndarray:
+    """A random input of the value's shape; integers are zeros (valid indices), booleans ones."""
+    dtype = value.dtype.numpy()
+    shape = onnx_graph.static_shape(value)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    return np.ones(shape, dtype) if dtype == np.bool_ else np.zeros(shape, dtype)
+
+
+def single_operator_model(node: ir.Node, opsets: dict[str, int]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The node alone in a model: constant inputs as initializers (real values), the rest as inputs."""
+    rng = np.random.default_rng(0)
+    proto = ir.serde.serialize_node(node)
+    inputs, initializers, feeds = [], [], {}
+    for index, value in enumerate(node.inputs):
+        if value is None:
+            continue
+        name = f"input{index}"
+        proto.input[index] = name
+        array = onnx_graph.constant_array(value)
+        if array is not None:
+            initializers.append(onnx.numpy_helper.from_array(array, name))
+        else:
+            feeds[name] = feed_for(value, rng)
+            inputs.append(onnx.helper.make_tensor_value_info(name, value.dtype.value, feeds[name].shape))
+    outputs = []
+    for index, value in enumerate(node.outputs):
+        name = f"output{index}"
+        proto.output[index] = name
+        outputs.append(onnx.helper.make_tensor_value_info(name, value.dtype.value, onnx_graph.static_shape(value)))
+    graph = onnx.helper.make_graph([proto], "operator", inputs, outputs, initializers)
+    imports = [onnx.helper.make_opsetid(domain, version) for domain, version in opsets.items()]
+    return onnx.helper.make_model(graph, opset_imports=imports, ir_version=MAX_IR_VERSION), feeds
+
+
+class OperatorCostModel(CostModel):
+    """Sum of per-operator ONNX Runtime runtimes, each measured once and cached on disk."""
+
+    name = "sum"
+
+    def __init__(
+        self,
+        cache_file: Path | None = None,
+        threads: int | None = None,
+        timing: MeasureConfig = OPERATOR_TIMING,
+        opt_level: str = "all",
+    ) -> None:
+        self.threads = threads or host_cores()
+        self.opt_level = opt_level
+        self.timing = timing
+        self.cache_file = cache_file or default_cache_file(self.threads, opt_level)
+        self.costs: dict[str, float] = self._load()
+        self.measured = 0
+        self.failures: dict[str, str] = {}
+        self._unsaved = 0
+        self._meta_key = f"{_COST}:{self.cache_file.name}"
+
+    def _load(self) -> dict[str, float]:
+        try:
+            return {key: float(ms) for key, ms in json.loads(self.cache_file.read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def graph_cost(self, model: ir.Model) -> float:
+        opsets = dict(model.graph.opset_imports)
+        return float(sum(self.node_cost(node, opsets) for node in model.graph))
+
+    def node_cost(self, node: ir.Node, opsets: dict[str, int]) -> float:
+        cached = node.meta.get(self._meta_key)
+        if cached is None:
+            cached = 0.0 if folds_away(node) else self.operator_cost(operator_key(node), node, opsets)
+            node.meta[self._meta_key] = cached
+        return cached
+
+    def operator_cost(self, key: str, node: ir.Node, opsets: dict[str, int]) -> float:
+        if key not in self.costs:
+            self.costs[key] = self._time(key, node, opsets)
+            self.measured += 1
+            self._unsaved += 1
+            if self._unsaved >= 25:
+                self.save()
+        return self.costs[key]
+
+    def _time(self, key: str, node: ir.Node, opsets: dict[str, int]) -> float:
+        """Median ms of the node alone; a node ONNX Runtime cannot run alone is counted and costs 0."""
+        try:
+            proto, feeds = single_operator_model(node, opsets)
+            session = create_session(proto.SerializeToString(), session_options(self.opt_level, self.threads), key)
+            return measure_latency(lambda: session.run(None, feeds), self.timing).median_ms
+        except (RlcompileError, ort.capi.onnxruntime_pybind11_state.Fail, ValueError) as error:
+            self.failures[key] = first_line(error)
+            return 0.0
+
+    def save(self) -> None:
+        """Write the cache atomically (a killed run leaves the previous file intact)."""
+        if not self._unsaved:
+            return
+        self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+        handle, scratch = tempfile.mkstemp(dir=self.cache_file.parent, suffix=".tmp")
+        with os.fdopen(handle, "w") as file:
+            json.dump(self.costs, file, indent=0, sort_keys=True)
+        os.replace(scratch, self.cache_file)
+        self._unsaved = 0
+
+
+def default_cache_file(threads: int, opt_level: str) -> Path:
+    """One cache per machine, ONNX Runtime version, thread count and optimisation level."""
+    identity = f"{cpu_model()}|ort {ort.__version__}|{threads} threads|{opt_level}"
+    digest = hashlib.sha1(identity.encode()).hexdigest()[:12]
+    return cache_root() / "graph_costs" / f"operators-{digest}.json"
+
+
+class MeasuredCostModel(CostModel):
+    """The whole graph timed in ONNX Runtime (ORT_ENABLE_ALL): exact here, about a second per graph."""
+
+    name = "measured"
+
+    def __init__(
+        self, feeds: dict[str, np.ndarray], threads: int | None = None, timing: MeasureConfig = OPERATOR_TIMING
+    ) -> None:
+        self.feeds = feeds
+        self.threads = threads or host_cores()
+        self.timing = timing
+
+    def graph_cost(self, model: ir.Model) -> float:
+        return measure_graph(onnx_graph.to_proto(model), self.feeds, self.threads, self.timing)
+
+
+def measure_graph(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int, timing: MeasureConfig) -> float:
+    session = create_session(proto.SerializeToString(), session_options("all", threads), proto.graph.name or "graph")
+    return measure_latency(lambda: session.run(None, feeds), timing).median_ms
+
+
+def create(name: str, feeds: dict[str, np.ndarray] | None = None) -> CostModel:
+    """``sum`` (per-operator, cached) or ``measured`` (whole graph; needs ``feeds``)."""
+    if name == "sum":
+        return OperatorCostModel()
+    if name == "measured" and feeds is not None:
+        return MeasuredCostModel(feeds)
+    raise RlcompileError(f"unknown cost model {name!r}; choose from sum, measured")

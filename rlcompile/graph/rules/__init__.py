@@ -1,0 +1,85 @@
+"""The substitution rules of the graph level, by stable id.
+
+rules.create("merge_parallel_conv")   # one rule
+rules.all_rules()                     # every rule, in a fixed order (the action space's order)
+"""
+
+from __future__ import annotations
+
+from rlcompile.errors import RlcompileError
+from rlcompile.graph.rules.algebra import (
+    ConvLinearity,
+    ReassociateAddLeft,
+    ReassociateAddRight,
+    ReassociateMatMulLeft,
+    ReassociateMatMulRight,
+    ReassociateMulLeft,
+    ReassociateMulRight,
+)
+from rlcompile.graph.rules.base import Location, PatternRule, Rule, RuleError, StructuralRule
+from rlcompile.graph.rules.concat import (
+    EliminateSplitConcat,
+    PullElementwiseThroughConcat,
+    PullElementwiseThroughSplit,
+    PushElementwiseIntoConcat,
+    PushElementwiseIntoSplit,
+)
+from rlcompile.graph.rules.fusion import FuseConvAdd, FuseConvBatchNorm, FuseConvMul
+from rlcompile.graph.rules.merge import (
+    MergeConvGrouped,
+    MergeParallelConv,
+    MergeParallelConvEnlarge,
+    MergeParallelMatMul,
+)
+
+RULE_CLASSES: tuple[type[Rule], ...] = (
+    FuseConvBatchNorm,
+    FuseConvMul,
+    FuseConvAdd,
+    MergeParallelConv,
+    MergeParallelConvEnlarge,
+    MergeConvGrouped,
+    MergeParallelMatMul,
+    PullElementwiseThroughConcat,
+    PushElementwiseIntoConcat,
+    PullElementwiseThroughSplit,
+    PushElementwiseIntoSplit,
+    EliminateSplitConcat,
+    ConvLinearity,
+    ReassociateMatMulRight,
+    ReassociateMatMulLeft,
+    ReassociateAddRight,
+    ReassociateAddLeft,
+    ReassociateMulRight,
+    ReassociateMulLeft,
+)
+RULE_IDS = tuple(cls.id for cls in RULE_CLASSES)
+
+
+def create(rule_id: str) -> Rule:
+    for cls in RULE_CLASSES:
+        if cls.id == rule_id:
+            return cls()
+    raise RlcompileError(f"unknown rule {rule_id!r}; choose from {', '.join(RULE_IDS)}")
+
+
+def all_rules(ids: list[str] | None = None) -> list[Rule]:
+    """The rules named by ``ids`` (all of them by default), in the registry's order."""
+    wanted = RULE_IDS if ids is None else ids
+    for rule_id in wanted:
+        if rule_id not in RULE_IDS:
+            create(rule_id)
+    return [cls() for cls in RULE_CLASSES if cls.id in wanted]
+
+
+__all__ = [
+    "RULE_CLASSES",
+    "RULE_IDS",
+    "Location",
+    "PatternRule",
+    "Rule",
+    "RuleError",
+    "StructuralRule",
+    "all_rules",
+    "create",
+]
