@@ -228,6 +228,7 @@ def command_graph(args: argparse.Namespace) -> int:
     request.validate()
     model = load(args)
     with stderr.status("") as status:
+
         def on_step(step: int, best_ms: float, evaluated: int) -> None:
             status.update(f"{args.agent}: step {step}/{args.steps}, best est. {best_ms:.3f} ms, {evaluated} graphs")
 
@@ -323,8 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--steps", type=int, default=100, help="graphs expanded at most (default 100)")
     graph.add_argument("--time-limit", type=float, default=300.0, help="search seconds at most (default 300)")
     graph.add_argument("--alpha", type=float, default=1.05, help="taso: queue graphs costing < alpha x best")
-    graph.add_argument("--cost", default="sum", choices=["sum", "measured"],
-                       help="sum of cached per-operator ORT times (default) or the whole graph timed")
+    graph.add_argument(
+        "--cost",
+        default="sum",
+        choices=["sum", "measured"],
+        help="sum of cached per-operator ORT times (default) or the whole graph timed",
+    )
     graph.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
     graph.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
     add_measure_arguments(graph)

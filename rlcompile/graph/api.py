@@ -46,6 +46,7 @@ class GraphRequest:
         if self.max_steps < 1 or self.time_limit_s <= 0:
             raise RlcompileError("empty budget: --steps and --time-limit must be positive")
         search.create(self.agent)
+        search_rules(self)
         if self.cost not in ("sum", "measured"):
             raise RlcompileError(f"unknown cost model {self.cost!r}; choose from sum, measured")
 
@@ -113,11 +114,12 @@ def optimize_graph(
         request.agent, budget=SearchBudget(request.max_steps, request.time_limit_s), **agent_options(request)
     )
     progress(f"searching with {request.agent} ({cost_model.name} cost model)")
-    result = searcher.search(working, search_rules(request), cost_model, on_step)
+    rule_set = search_rules(request)
+    result = searcher.search(working, rule_set, cost_model, on_step)
     cost_model.save()
     progress("verifying against the original in ONNX Runtime")
     reference = run_proto(model.proto, feeds)
-    final, kept, agreement = verified(working, result.rewrites, reference, feeds)
+    final, kept, agreement = verified(working, result.model, result.rewrites, reference, feeds, rule_set)
     if kept < len(result.rewrites):
         progress(f"rewrite {kept + 1} broke agreement; keeping the first {kept}")
     proto = onnx_graph.to_proto(final)
@@ -153,28 +155,26 @@ def agreement_of(model: ir.Model, reference: list[np.ndarray], feeds: dict[str, 
 
 
 def verified(
-    start: ir.Model, rewrites: Sequence[Rewrite], reference: list[np.ndarray], feeds: dict[str, np.ndarray]
+    start: ir.Model,
+    final: ir.Model,
+    rewrites: Sequence[Rewrite],
+    reference: list[np.ndarray],
+    feeds: dict[str, np.ndarray],
+    rule_set: Sequence[rules.Rule],
 ) -> tuple[ir.Model, int, Agreement]:
-    """The searched graph if it agrees with the original; else the longest agreeing prefix of rewrites."""
-    final = replay(start, rewrites)
+    """``final`` (reached from ``start`` by ``rewrites``) if it agrees with the original; else the graph of
+    the longest prefix of ``rewrites`` whose every step agrees."""
     agreement = agreement_of(final, reference, feeds)
     if agreement.within():
         return final, len(rewrites), agreement
+    by_id = {rule.id: rule for rule in rule_set}
     model = start
     for index, rewrite in enumerate(rewrites):
-        candidate = rules.create(rewrite.rule).apply(model, rules.Location(rewrite.location))
-        step_agreement = agreement_of(candidate, reference, feeds)
-        if not step_agreement.within():
+        candidate = by_id[rewrite.rule].apply(model, rules.Location(rewrite.location))
+        if not agreement_of(candidate, reference, feeds).within():
             return model, index, agreement_of(model, reference, feeds)
         model = candidate
     return model, len(rewrites), agreement_of(model, reference, feeds)
-
-
-def replay(model: ir.Model, rewrites: Sequence[Rewrite]) -> ir.Model:
-    """Apply recorded rewrites again (rule ids and node names are stable), e.g. to re-check them."""
-    for rewrite in rewrites:
-        model = rules.create(rewrite.rule).apply(model, rules.Location(rewrite.location))
-    return model
 
 
 def time_side_by_side(

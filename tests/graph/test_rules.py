@@ -1,0 +1,210 @@
+"""Every rule: applied at every location of a small graph built for it, checked against the original in
+ONNX Runtime on random inputs; the graph it was applied to stays intact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlcompile.errors import RlcompileError
+from rlcompile.graph import onnx_graph, rules
+from rlcompile.graph.rules import Location, RuleError
+from tests.graph.conftest import GraphBuilder, agreement, op_types
+
+
+def conv_bn():
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    c = b.conv(x, 4, 8, bias=False)
+    return b.model([b.batchnorm(c, 8)]), {"BatchNormalization": -1}
+
+
+def conv_then(op_type: str, shape: tuple[int, ...]):
+    def build():
+        b = GraphBuilder()
+        c = b.conv(b.input("x", [1, 4, 8, 8]), 4, 8)
+        return b.model([b.op(op_type, [c, b.weight(*shape)])]), {op_type: -1}
+
+    return build
+
+
+def parallel_convs(k1: int, k2: int):
+    def build():
+        b = GraphBuilder()
+        x = b.input("x", [1, 4, 8, 8])
+        return b.model([b.conv(x, 4, 6, k=k1), b.op("Relu", [b.conv(x, 4, 5, k=k2)])]), {"Conv": -1, "Split": 1}
+
+    return build
+
+
+def grouped_convs():
+    b = GraphBuilder()
+    y1 = b.conv(b.input("x1", [1, 4, 8, 8]), 4, 6)
+    y2 = b.conv(b.input("x2", [1, 4, 8, 8]), 4, 6)
+    return b.model([b.op("Add", [y1, y2])]), {"Conv": -1, "Concat": 1, "Split": 1}
+
+
+def parallel_matmuls():
+    b = GraphBuilder()
+    x = b.input("x", [1, 5, 16])
+    q, k, v = (b.op("MatMul", [x, b.weight(16, 8)]) for _ in range(3))
+    return b.model([b.op("Add", [b.op("Add", [q, k]), v])]), {"MatMul": -1, "Split": 1}
+
+
+def parallel_gemms():
+    b = GraphBuilder()
+    x = b.input("x", [2, 16])
+    y1 = b.op("Gemm", [x, b.weight(8, 16), b.weight(8)], transB=1)
+    y2 = b.op("Gemm", [x, b.weight(4, 16), b.weight(4)], transB=1)
+    return b.model([y1, y2]), {"Gemm": -1, "Split": 1}
+
+
+def concat_of(op_type: str):
+    def build():
+        b = GraphBuilder()
+        branches = []
+        for name, channels in (("a", 3), ("b", 5)):
+            x = b.input(name, [1, channels, 4, 4])
+            extra = [] if op_type == "Relu" else [b.weight(channels, 1, 1)]
+            branches.append(b.op(op_type, [x, *extra]))
+        return b.model([b.op("Concat", branches, axis=1)]), {op_type: -1}
+
+    return build
+
+
+def op_on_concat(op_type: str):
+    def build():
+        b = GraphBuilder()
+        joined = b.op("Concat", [b.input("a", [1, 3, 4, 4]), b.input("b", [1, 5, 4, 4])], axis=1)
+        extra = [] if op_type == "Relu" else [b.weight(1, 8, 1, 1)]
+        return b.model([b.op(op_type, [joined, *extra])]), {op_type: 1}
+
+    return build
+
+
+def split_then_relu():
+    b = GraphBuilder()
+    parts = b.op("Split", [b.input("x", [1, 8, 4, 4]), b.const(np.array([3, 5], np.int64))], outputs=2, axis=1)
+    return b.model([b.op("Relu", [p]) for p in parts]), {"Relu": -1}
+
+
+def relu_then_split():
+    b = GraphBuilder()
+    relu = b.op("Relu", [b.input("x", [1, 8, 4, 4])])
+    parts = b.op("Split", [relu, b.const(np.array([3, 5], np.int64))], outputs=2, axis=1)
+    return b.model(parts), {"Relu": 1}
+
+
+def split_concat():
+    b = GraphBuilder()
+    x = b.op("Relu", [b.input("x", [1, 8, 4, 4])])
+    parts = b.op("Split", [x, b.const(np.array([3, 5], np.int64))], outputs=2, axis=1)
+    return b.model([b.op("Sigmoid", [b.op("Concat", parts, axis=1)])]), {"Split": -1, "Concat": -1}
+
+
+def conv_sum():
+    b = GraphBuilder()
+    y1 = b.conv(b.input("x", [1, 4, 8, 8]), 4, 6)
+    y2 = b.conv(b.input("y", [1, 3, 8, 8]), 3, 6)
+    return b.model([b.op("Relu", [b.op("Add", [y1, y2])])]), {"Conv": -1, "Concat": 1, "Add": -1}
+
+
+def chain(op_type: str, rightward: bool, constants: bool):
+    def build():
+        b = GraphBuilder()
+        a = b.input("a", [1, 3, 4, 4] if op_type != "MatMul" else [2, 3, 4])
+        shape = (4, 4) if op_type == "MatMul" else (1, 3, 1, 1)
+        second = b.weight(*shape) if constants else b.input("b", [2, 4, 4] if op_type == "MatMul" else [1, 3, 4, 4])
+        third = b.weight(*shape)
+        if rightward:
+            y = b.op(op_type, [b.op(op_type, [a, second]), third])
+        else:
+            y = b.op(op_type, [a, b.op(op_type, [second, third])])
+        change = -1 if constants and rightward else 0
+        return b.model([y]), {op_type: change}
+
+    return build
+
+
+CASES = {
+    "fuse_conv_batchnorm": [conv_bn],
+    "fuse_conv_mul": [conv_then("Mul", (8, 1, 1))],
+    "fuse_conv_add": [conv_then("Add", (1, 8, 1, 1))],
+    "merge_parallel_conv": [parallel_convs(3, 3)],
+    "merge_parallel_conv_enlarge": [parallel_convs(1, 3), parallel_convs(5, 3)],
+    "merge_conv_grouped": [grouped_convs],
+    "merge_parallel_matmul": [parallel_matmuls, parallel_gemms],
+    "pull_elementwise_through_concat": [concat_of("Relu"), concat_of("Add"), concat_of("Mul")],
+    "push_elementwise_into_concat": [op_on_concat("Relu"), op_on_concat("Mul")],
+    "pull_elementwise_through_split": [split_then_relu],
+    "push_elementwise_into_split": [relu_then_split],
+    "eliminate_split_concat": [split_concat],
+    "conv_linearity": [conv_sum],
+    "reassociate_matmul_right": [chain("MatMul", True, True), chain("MatMul", True, False)],
+    "reassociate_matmul_left": [chain("MatMul", False, False)],
+    "reassociate_add_right": [chain("Add", True, True), chain("Add", True, False)],
+    "reassociate_add_left": [chain("Add", False, False)],
+    "reassociate_mul_right": [chain("Mul", True, True)],
+    "reassociate_mul_left": [chain("Mul", False, False)],
+}
+
+
+def test_every_rule_has_a_case():
+    assert set(CASES) == set(rules.RULE_IDS)
+
+
+@pytest.mark.parametrize(
+    ("rule_id", "build"), [(rule_id, build) for rule_id, builds in CASES.items() for build in builds]
+)
+def test_rule_applies_and_preserves_semantics(rule_id, build):
+    proto, op_change = build()
+    model = onnx_graph.from_proto(proto)
+    before_hash, before_ops = onnx_graph.graph_hash(model.graph), op_types(model)
+    rule = rules.create(rule_id)
+    locations = rule.locations(model)
+    assert locations, f"{rule_id} found nothing to rewrite"
+    for location in locations:
+        rewritten = rule.apply(model, location)
+        result = agreement(proto, rewritten)
+        assert result.within(), f"{rule_id} at {location}: {result}"
+        assert onnx_graph.graph_hash(rewritten.graph) != before_hash
+        assert all(onnx_graph.static_shape(v) is not None for n in rewritten.graph for v in n.outputs)
+    assert onnx_graph.graph_hash(model.graph) == before_hash and op_types(model) == before_ops
+    first = op_types(rule.apply(model, locations[0]))
+    for op_type, change in op_change.items():
+        assert first.count(op_type) - before_ops.count(op_type) == change, (op_type, first)
+
+
+def test_locations_are_deterministic_and_stale_locations_are_refused():
+    proto, _ = parallel_matmuls()
+    model = onnx_graph.from_proto(proto)
+    rule = rules.create("merge_parallel_matmul")
+    assert rule.locations(model) == rule.locations(onnx_graph.from_proto(proto))
+    assert len(rule.locations(model)) == 3  # q+k, q+v, k+v
+    merged = rule.apply(model, rule.locations(model)[0])
+    with pytest.raises(RuleError):
+        rule.apply(merged, rule.locations(model)[0])
+    with pytest.raises(RuleError):
+        rule.apply(model, Location(("no such node",)))
+
+
+def test_conditions_refuse_what_would_change_the_result():
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    c = b.conv(x, 4, 8)
+    scaled = b.op("Mul", [c, b.weight(1, 8, 8, 8)])  # varies spatially: not a per-channel scale
+    shared = b.op("Add", [c, b.weight(8, 1, 1)])  # conv output also read by the Mul above
+    model = onnx_graph.from_proto(b.model([scaled, shared]))
+    assert rules.create("fuse_conv_mul").locations(model) == []
+    assert rules.create("fuse_conv_add").locations(model) == []
+    different_strides = GraphBuilder()
+    x = different_strides.input("x", [1, 4, 8, 8])
+    y1 = different_strides.conv(x, 4, 4, strides=[2, 2])
+    y2 = different_strides.conv(x, 4, 4)
+    model = onnx_graph.from_proto(different_strides.model([y1, y2]))
+    assert rules.create("merge_parallel_conv").locations(model) == []
+
+
+def test_unknown_rule_id_is_a_clear_error():
+    with pytest.raises(RlcompileError, match="unknown rule 'nope'"):
+        rules.create("nope")
