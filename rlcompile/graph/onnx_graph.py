@@ -18,6 +18,7 @@ import onnx_ir as ir
 #: Metadata keys (on ``Graph.meta`` / ``Value.meta``); meta survives :func:`clone`.
 _NAME_COUNTER = "rlcompile.names"
 _FINGERPRINT = "rlcompile.fingerprint"
+_ARRAY = "rlcompile.array"
 
 
 def from_proto(proto: onnx.ModelProto) -> ir.Model:
@@ -57,17 +58,37 @@ def unique_name(graph: ir.Graph, hint: str) -> str:
     return f"{hint}__rlc{counter}"
 
 
-def constant_array(value: ir.Value | None) -> np.ndarray | None:
-    """The value's contents when it is an initializer or a ``Constant`` output, else ``None``."""
+def constant_tensor(value: ir.Value | None) -> ir.TensorProtocol | None:
+    """The tensor behind an initializer or a ``Constant`` output (shared by every clone), else ``None``."""
     if value is None:
         return None
     if value.const_value is not None:
-        return value.const_value.numpy()
+        return value.const_value
     producer = value.producer()
     if producer is not None and producer.op_type == "Constant" and producer.domain == "":
+        attr = producer.attributes.get("value")
+        if attr is not None and attr.type == ir.AttributeType.TENSOR:
+            return attr.value
         tensor = ir.convenience.get_const_tensor(value)
-        return None if tensor is None else tensor.numpy()
+        return tensor
     return None
+
+
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
+    """The value's contents when it is an initializer or a ``Constant`` output, else ``None``.
+
+    The array is cached on the tensor, which clones share: rules read weights at every location of
+    every candidate graph, and decoding a TensorProto each time would dominate a search.
+    """
+    tensor = constant_tensor(value)
+    if tensor is None:
+        return None
+    array = tensor.meta.get(_ARRAY)
+    if array is None:
+        array = tensor.numpy()
+        array.flags.writeable = False
+        tensor.meta[_ARRAY] = array
+    return array
 
 
 def is_constant(value: ir.Value | None) -> bool:
@@ -156,8 +177,9 @@ def attributes_key(node: ir.Node) -> str:
 
 
 def fingerprint(value: ir.Value) -> str:
-    """A content hash of a constant (cached on the value; clones keep it)."""
-    cached = value.meta.get(_FINGERPRINT)
+    """A content hash of a constant (cached on its tensor, which clones share)."""
+    tensor = constant_tensor(value)
+    cached = tensor.meta.get(_FINGERPRINT)
     if cached is None:
         array = constant_array(value)
         digest = hashlib.blake2b(digest_size=8)
@@ -166,7 +188,7 @@ def fingerprint(value: ir.Value) -> str:
         digest.update(flat[:: max(1, flat.size // 4096)].tobytes())
         digest.update(flat[-64:].tobytes())
         cached = digest.hexdigest()
-        value.meta[_FINGERPRINT] = cached
+        tensor.meta[_FINGERPRINT] = cached
     return cached
 
 
