@@ -67,6 +67,7 @@ class GraphRun:
     nodes_before: int = 0
     nodes_after: int = 0
     operators_timed: int = 0
+    original_cost_ms: float = float("nan")
 
     @property
     def speedup(self) -> float:
@@ -86,6 +87,7 @@ class GraphRun:
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
             "operators_timed": self.operators_timed,
+            "original_cost_ms": self.original_cost_ms,
         }
 
 
@@ -138,6 +140,7 @@ def optimize_graph(
         len(original.graph),
         len(final.graph),
         getattr(cost_model, "measured", 0),
+        cost_model.graph_cost(original),
     )
 
 
