@@ -58,6 +58,24 @@ def add_elementwise(graph: ir.Graph, like: ir.Node, x: ir.Value, extras: list[ir
     return onnx_graph.add_node(graph, like.op_type, [x, *extras], attributes, output, hint=like.op_type).outputs[0]
 
 
+def joined_elementwise(graph: ir.Graph, branches: list[ir.Node], x: ir.Value, rank: int, axis: int) -> ir.Value:
+    """One copy of the branches' element-wise op on ``x`` (their constants joined along ``axis``)."""
+    operands = [elementwise_operand(node, axis) for node in branches]
+    vector = True if operands[0] is True else np.concatenate(operands)
+    return add_elementwise(graph, branches[0], x, extra_inputs(graph, branches[0], vector, rank, axis))
+
+
+def sliced_elementwise(graph: ir.Graph, node: ir.Node, pieces: list[ir.Value], rank: int, axis: int) -> list[ir.Value]:
+    """A copy of ``node`` on every piece of its input, each with its slice of the constant along ``axis``."""
+    operand = elementwise_operand(node, axis)
+    offsets = np.cumsum([0, *(onnx_graph.static_shape(piece)[axis] for piece in pieces)])
+    results = []
+    for index, piece in enumerate(pieces):
+        part = operand if operand is True else operand[offsets[index] : offsets[index + 1]]
+        results.append(add_elementwise(graph, node, piece, extra_inputs(graph, node, part, rank, axis)))
+    return results
+
+
 class PullElementwiseThroughConcat(StructuralRule):
     id = "pull_elementwise_through_concat"
     description = "Concat(f(a), f(b)) becomes f(Concat(a, b)) for Relu-like f, or Add/Mul by per-channel constants"
@@ -81,11 +99,8 @@ class PullElementwiseThroughConcat(StructuralRule):
         concat, *branches = nodes
         rank = len(concat.outputs[0].shape)
         axis = axis_of(concat, rank)
-        operands = [elementwise_operand(node, axis) for node in branches]
         joined = onnx_graph.add_concat(graph, [node.inputs[0] for node in branches], axis, "pulled_concat")
-        vector = True if operands[0] is True else np.concatenate(operands)
-        result = add_elementwise(graph, branches[0], joined, extra_inputs(graph, branches[0], vector, rank, axis))
-        onnx_graph.replace_value(concat.outputs[0], result)
+        onnx_graph.replace_value(concat.outputs[0], joined_elementwise(graph, branches, joined, rank, axis))
         return list(nodes)
 
 
@@ -109,12 +124,7 @@ class PushElementwiseIntoConcat(StructuralRule):
         node, concat = nodes
         rank = len(concat.outputs[0].shape)
         axis = axis_of(concat, rank)
-        operand = elementwise_operand(node, axis)
-        offsets = np.cumsum([0] + [onnx_graph.static_shape(value)[axis] for value in concat.inputs])
-        pieces = []
-        for index, value in enumerate(concat.inputs):
-            part = operand if operand is True else operand[offsets[index] : offsets[index + 1]]
-            pieces.append(add_elementwise(graph, node, value, extra_inputs(graph, node, part, rank, axis)))
+        pieces = sliced_elementwise(graph, node, list(concat.inputs), rank, axis)
         onnx_graph.replace_value(node.outputs[0], onnx_graph.add_concat(graph, pieces, axis, "pushed_concat"))
         return [node, concat]
 
@@ -152,9 +162,7 @@ class PullElementwiseThroughSplit(StructuralRule):
         split, *users = nodes
         rank = len(split.outputs[0].shape)
         axis = axis_of(split, rank)
-        operands = [elementwise_operand(user, axis) for user in users]
-        vector = True if operands[0] is True else np.concatenate(operands)
-        applied = add_elementwise(graph, users[0], split.inputs[0], extra_inputs(graph, users[0], vector, rank, axis))
+        applied = joined_elementwise(graph, users, split.inputs[0], rank, axis)
         pieces = onnx_graph.add_split(graph, applied, axis, split_sizes(split), "pulled_split")
         for user, piece in zip(users, pieces, strict=True):
             onnx_graph.replace_value(user.outputs[0], piece)
@@ -179,15 +187,9 @@ class PushElementwiseIntoSplit(StructuralRule):
         split, node = nodes
         rank = len(split.outputs[0].shape)
         axis = axis_of(split, rank)
-        sizes = split_sizes(split)
-        operand = elementwise_operand(node, axis)
-        offsets = np.cumsum([0, *sizes])
-        pieces = onnx_graph.add_split(graph, node.inputs[0], axis, sizes, "pushed_split")
-        for index, (piece, original) in enumerate(zip(pieces, split.outputs, strict=True)):
-            part = operand if operand is True else operand[offsets[index] : offsets[index + 1]]
-            onnx_graph.replace_value(
-                original, add_elementwise(graph, node, piece, extra_inputs(graph, node, part, rank, axis))
-            )
+        pieces = onnx_graph.add_split(graph, node.inputs[0], axis, split_sizes(split), "pushed_split")
+        for original, result in zip(split.outputs, sliced_elementwise(graph, node, pieces, rank, axis), strict=True):
+            onnx_graph.replace_value(original, result)
         return [split, node]
 
 
