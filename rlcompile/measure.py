@@ -168,3 +168,17 @@ def environment(threads: int | None = None) -> dict:
         "packages": package_versions(),
         "recorded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
+
+
+def measure_alternating(
+    functions: Sequence[Callable[[], object]], config: MeasureConfig = DEFAULT, rounds: int = 2
+) -> list[LatencyStats]:
+    """Time several calls in turn, ``rounds`` times over, pooling each one's samples.
+
+    Alternating spreads a shared machine's slow spells over every contestant instead of one.
+    """
+    samples: list[list[float]] = [[] for _ in functions]
+    for _ in range(rounds):
+        for index, function in enumerate(functions):
+            samples[index].extend(measure_latency(function, config).samples_ms)
+    return [summarize(values) for values in samples]

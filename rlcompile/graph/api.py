@@ -22,7 +22,7 @@ from rlcompile.errors import RlcompileError
 from rlcompile.graph import onnx_graph, rules, search
 from rlcompile.graph.cost import CostModel, MeasuredCostModel, OperatorCostModel
 from rlcompile.graph.search import Rewrite, SearchBudget, SearchResult
-from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_latency, summarize
+from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.verify import Agreement, compare_outputs
 
@@ -186,8 +186,4 @@ def time_side_by_side(
     """Time each graph in ORT_ENABLE_ALL, alternating ``rounds`` times; medians over all samples."""
     backend = OrtBackend("all")
     sessions = [backend.prepare(LoadedModel(f"graph{i}", proto, [], "memory")) for i, proto in enumerate(protos)]
-    samples: list[list[float]] = [[] for _ in protos]
-    for _ in range(rounds):
-        for index, session in enumerate(sessions):
-            samples[index].extend(measure_latency(session.timer(feeds), timing).samples_ms)
-    return [summarize(values) for values in samples]
+    return measure_alternating([session.timer(feeds) for session in sessions], timing, rounds)

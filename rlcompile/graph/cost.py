@@ -68,11 +68,6 @@ def operator_key(node: ir.Node) -> str:
     return f"{node.domain}:{node.op_type}({onnx_graph.attributes_key(node)})[{inputs}]"
 
 
-def folds_away(node: ir.Node) -> bool:
-    """ONNX Runtime computes it once at load time: a Constant, or every input a constant."""
-    return node.op_type == "Constant" or all(value is None or onnx_graph.is_constant(value) for value in node.inputs)
-
-
 def feed_for(value: ir.Value, rng: np.random.Generator) -> np.ndarray:
     """A random input of the value's shape; integers are zeros (valid indices), booleans ones."""
     dtype = value.dtype.numpy()
@@ -143,7 +138,7 @@ class OperatorCostModel(CostModel):
     def node_cost(self, node: ir.Node, opsets: dict[str, int]) -> float:
         cached = node.meta.get(self._meta_key)
         if cached is None:
-            cached = 0.0 if folds_away(node) else self.operator_cost(operator_key(node), node, opsets)
+            cached = 0.0 if onnx_graph.folds_away_node(node) else self.operator_cost(operator_key(node), node, opsets)
             node.meta[self._meta_key] = cached
         return cached
 

@@ -91,6 +91,11 @@ def constant_array(value: ir.Value | None) -> np.ndarray | None:
     return array
 
 
+def folds_away_node(node: ir.Node) -> bool:
+    """A node ONNX Runtime computes once at load time: a Constant, or every input a constant."""
+    return node.op_type == "Constant" or all(value is None or is_constant(value) for value in node.inputs)
+
+
 def is_constant(value: ir.Value | None) -> bool:
     if value is None:
         return False

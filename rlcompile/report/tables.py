@@ -119,3 +119,32 @@ def graph_run_table(run) -> Table:
         f"{result.graphs_evaluated} graphs costed, stopped by {result.stopped_by}"
     )
     return table
+
+
+def plan_table(run) -> Table:
+    """``rlcompile select``: per layer, the chosen primitive, its time and the conversions it pays."""
+    table = Table(title=f"{run.model_name}: {run.agent} plan ({len(run.result.plan)} layers)")
+    for column in ("layer", "primitive", "layout", "layer ms", "conversion ms"):
+        table.add_column(column, justify="right" if column.endswith("ms") else "left")
+    for row in run.rows():
+        conversion = f"{row['conversion_ms']:.4f}" if row["conversion_ms"] else ""
+        table.add_row(row["layer"], row["primitive"], row["layout"], f"{row['layer_ms']:.4f}", conversion)
+    return table
+
+
+def plan_summary(run) -> str:
+    counts: dict[str, int] = {}
+    for primitive in run.plan.values():
+        counts[primitive] = counts.get(primitive, 0) + 1
+    used = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items(), key=lambda item: -item[1]))
+    lines = [f"primitives used: {used}", f"predicted (table) latency: {run.result.total_ms:.3f} ms"]
+    if run.plan_ms is not None:
+        lines.append(
+            f"measured plan latency: {run.plan_ms.median_ms:.3f} ms (p90 {run.plan_ms.p90_ms:.3f}); ONNX Runtime "
+            f"native (whole graph, ORT_ENABLE_ALL): {run.ort_ms.median_ms:.3f} ms; plan/ORT "
+            f"{run.plan_ms.median_ms / run.ort_ms.median_ms:.2f}x"
+        )
+    if run.agreement is not None:
+        verdict = "agree" if run.agreement.within() else "DISAGREE"
+        lines.append(f"outputs {verdict} with ONNX Runtime (max rel err {run.agreement.max_rel:.1e})")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""The selection problem on a lookup table: what a plan costs, and its exact optimum.
+
+A plan picks one primitive per layer. Its predicted latency is the sum of the chosen primitives' times
+plus, on every edge, the time to convert the producer's layout into the consumer's (the model's inputs
+arrive and its outputs leave in NCHW). Solvers see layers in topological order through
+:class:`SelectionProblem`: ``step_cost(i, choice, layouts)`` is QS-DNN's per-layer reward (the layer's
+time plus the conversions paid on its inputs), and the total of a plan is the sum of its step costs.
+
+:func:`exact` is dynamic programming over the topological order whose state is the layout of every
+live activation (produced, not yet consumed by all its readers): exact for chains, trees and the
+series-parallel graphs of CNNs, where few activations are live at once. If the states exceed
+``max_states`` it keeps the cheapest ones and says the answer is not proven optimal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlcompile.layer.network import SINK, SOURCE
+from rlcompile.layer.table import LookupTable
+
+
+@dataclass(frozen=True)
+class Option:
+    primitive: str
+    ms: float
+    layout: str
+
+
+@dataclass(frozen=True)
+class Incoming:
+    producer: int  # index into the layers, -1 for the model input
+    shape: tuple[int, ...]
+
+
+class SelectionProblem:
+    def __init__(self, table: LookupTable, allowed: set[str] | None = None) -> None:
+        self.table = table
+        self.index = {name: i for i, name in enumerate(table.layers)}
+        self.options: list[list[Option]] = []
+        for name in table.layers:
+            choices = [Option(p, ms, table.layouts[p]) for p, ms in sorted(table.options[name].items())
+                       if allowed is None or p in allowed]  # fmt: skip
+            self.options.append(choices or [Option(p, ms, table.layouts[p]) for p, ms in table.options[name].items()
+                                            if p == "ort:basic"])  # fmt: skip
+        self.incoming: list[list[Incoming]] = [[] for _ in table.layers]
+        self.to_output: list[list[tuple[int, ...]]] = [[] for _ in table.layers]
+        self.last_use = [-1] * len(table.layers)
+        for edge in table.edges:
+            producer = -1 if edge.producer == SOURCE else self.index[edge.producer]
+            if edge.consumer == SINK:
+                self.to_output[producer].append(edge.shape)
+                continue
+            consumer = self.index[edge.consumer]
+            self.incoming[consumer].append(Incoming(producer, edge.shape))
+            if producer >= 0:
+                self.last_use[producer] = max(self.last_use[producer], consumer)
+
+    def __len__(self) -> int:
+        return len(self.options)
+
+    def step_cost(self, layer: int, choice: int, layout_of: dict[int, str]) -> float:
+        """The layer's time plus converting each input (and, for an output layer, its result) as needed."""
+        option = self.options[layer][choice]
+        cost = option.ms
+        for edge in self.incoming[layer]:
+            cost += self.table.conversion_ms(edge.shape, layout_of.get(edge.producer, "nchw"), option.layout)
+        for shape in self.to_output[layer]:
+            cost += self.table.conversion_ms(shape, option.layout, "nchw")
+        return cost
+
+    def total(self, plan: list[int]) -> float:
+        layout_of: dict[int, str] = {}
+        total = 0.0
+        for layer, choice in enumerate(plan):
+            total += self.step_cost(layer, choice, layout_of)
+            layout_of[layer] = self.options[layer][choice].layout
+        return total
+
+    def names(self, plan: list[int]) -> dict[str, str]:
+        return {
+            name: self.options[i][c].primitive for i, (name, c) in enumerate(zip(self.table.layers, plan, strict=True))
+        }
+
+    def fastest(self, layer: int) -> int:
+        return min(range(len(self.options[layer])), key=lambda c: self.options[layer][c].ms)
+
+
+@dataclass
+class ExactResult:
+    plan: list[int]
+    total_ms: float
+    proven_optimal: bool
+    max_states: int
+
+
+def exact(problem: SelectionProblem, max_states: int = 4096) -> ExactResult:
+    """Minimum-cost plan by dynamic programming over the layouts of the live activations."""
+    # state: tuple of (producer, layout) for live producers -> (cost, plan)
+    states: dict[tuple, tuple[float, list[int]]] = {(): (0.0, [])}
+    proven, widest = True, 1
+    for layer in range(len(problem)):
+        following: dict[tuple, tuple[float, list[int]]] = {}
+        for state, (cost, plan) in states.items():
+            layout_of = dict(state)
+            for choice, option in enumerate(problem.options[layer]):
+                step = problem.step_cost(layer, choice, layout_of)
+                live = {producer: kind for producer, kind in state if problem.last_use[producer] > layer}
+                if problem.last_use[layer] > layer:
+                    live[layer] = option.layout
+                key = tuple(sorted(live.items()))
+                if key not in following or cost + step < following[key][0]:
+                    following[key] = (cost + step, [*plan, choice])
+        if len(following) > max_states:
+            proven = False
+            following = dict(sorted(following.items(), key=lambda item: item[1][0])[:max_states])
+        widest = max(widest, len(following))
+        states = following
+    cost, plan = min(states.values(), key=lambda value: value[0])
+    return ExactResult(plan, cost, proven, widest)

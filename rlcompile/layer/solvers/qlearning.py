@@ -1,0 +1,90 @@
+"""QS-DNN's agent (seed 003): tabular Q-learning over layers with experience replay.
+
+State = (layer index, the previous layer's choice); action = this layer's primitive; reward = minus
+(the layer's time + the conversions paid on its inputs given the choices already made). Epsilon is 1
+for the first half of the episodes (pure exploration, which fills the Q-table), then drops by 0.1
+every 5% of the episodes. After every episode the Q-table learns from that episode and from episodes
+replayed from a buffer of the last 128 (lr 0.05, gamma 0.9), each replayed backwards so the final
+layer's cost reaches the first layers quickly. The answer is the best complete plan seen, by its
+undiscounted total, not the greedy policy at the end.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import numpy as np
+
+from rlcompile.layer.problem import SelectionProblem
+from rlcompile.layer.solvers.base import Solver, SolverResult, default_episodes
+
+Transition = tuple[tuple[int, int], int, float, tuple[int, int] | None]
+
+
+class QLearning(Solver):
+    name = "qlearning"
+
+    def __init__(self, episodes: int | None = None, learning_rate: float = 0.05, discount: float = 0.9,
+                 replay_size: int = 128, replays_per_episode: int = 1) -> None:  # fmt: skip
+        self.episodes = episodes
+        self.learning_rate = learning_rate
+        self.discount = discount
+        self.replay_size = replay_size
+        self.replays_per_episode = replays_per_episode
+
+    def epsilon(self, episode: int, total: int) -> float:
+        fraction = episode / total
+        if fraction < 0.5:
+            return 1.0
+        return max(0.0, 0.9 - 0.1 * int((fraction - 0.5) / 0.05))
+
+    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+        rng = random.Random(seed)
+        total_episodes = self.episodes or default_episodes(problem)
+        q: dict[tuple[int, int], np.ndarray] = {}
+        replay: deque[list[Transition]] = deque(maxlen=self.replay_size)
+        best_plan, best_total, history = None, float("inf"), []
+        for episode in range(total_episodes):
+            plan, transitions = self.run_episode(problem, q, self.epsilon(episode, total_episodes), rng)
+            total = -sum(reward for _, _, reward, _ in transitions)
+            if total < best_total:
+                best_plan, best_total = plan, total
+            history.append(best_total)
+            replay.append(transitions)
+            self.learn(q, problem, transitions)
+            for _ in range(self.replays_per_episode):
+                self.learn(q, problem, rng.choice(replay))
+        return SolverResult(best_plan, best_total, total_episodes, history, {"states": len(q)})
+
+    def values(self, q: dict, problem: SelectionProblem, state: tuple[int, int]) -> np.ndarray:
+        if state not in q:
+            q[state] = np.zeros(len(problem.options[state[0]]))
+        return q[state]
+
+    def run_episode(self, problem: SelectionProblem, q: dict, epsilon: float,
+                    rng: random.Random) -> tuple[list[int], list[Transition]]:  # fmt: skip
+        plan: list[int] = []
+        layout_of: dict[int, str] = {}
+        transitions: list[Transition] = []
+        previous = 0
+        for layer in range(len(problem)):
+            state = (layer, previous)
+            values = self.values(q, problem, state)
+            if rng.random() < epsilon:
+                choice = rng.randrange(len(values))
+            else:
+                choice = int(np.flatnonzero(values == values.max())[0])
+            reward = -problem.step_cost(layer, choice, layout_of)
+            layout_of[layer] = problem.options[layer][choice].layout
+            following = (layer + 1, choice) if layer + 1 < len(problem) else None
+            transitions.append((state, choice, reward, following))
+            plan.append(choice)
+            previous = choice
+        return plan, transitions
+
+    def learn(self, q: dict, problem: SelectionProblem, transitions: list[Transition]) -> None:
+        for state, action, reward, following in reversed(transitions):
+            future = 0.0 if following is None else float(self.values(q, problem, following).max())
+            values = self.values(q, problem, state)
+            values[action] += self.learning_rate * (reward + self.discount * future - values[action])

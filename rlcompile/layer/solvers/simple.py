@@ -1,0 +1,70 @@
+"""The baselines on the same table: random search, greedy per layer, best single library, exact DP."""
+
+from __future__ import annotations
+
+import random
+
+from rlcompile.layer.problem import SelectionProblem, exact
+from rlcompile.layer.solvers.base import Solver, SolverResult, default_episodes
+
+
+class RandomSearch(Solver):
+    """Uniformly random complete plans, as many as Q-learning's episodes; the best one."""
+
+    name = "random"
+
+    def __init__(self, episodes: int | None = None) -> None:
+        self.episodes = episodes
+
+    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+        rng = random.Random(seed)
+        best_plan, best_total, history = None, float("inf"), []
+        episodes = self.episodes or default_episodes(problem)
+        for _ in range(episodes):
+            plan = [rng.randrange(len(options)) for options in problem.options]
+            total = problem.total(plan)
+            if total < best_total:
+                best_plan, best_total = plan, total
+            history.append(best_total)
+        return SolverResult(best_plan, best_total, episodes, history)
+
+
+class Greedy(Solver):
+    """The fastest primitive of every layer, ignoring what converting between them costs."""
+
+    name = "greedy"
+
+    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+        plan = [problem.fastest(layer) for layer in range(len(problem))]
+        return SolverResult(plan, problem.total(plan))
+
+
+class Exact(Solver):
+    """The optimum of the table (dynamic programming over live layouts; see :func:`problem.exact`)."""
+
+    name = "exact"
+
+    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+        result = exact(problem)
+        return SolverResult(result.plan, result.total_ms, extra={"proven_optimal": result.proven_optimal,
+                                                                 "widest_state_set": result.max_states})  # fmt: skip
+
+
+class SingleLibrary(Solver):
+    """The best plan that uses one library everywhere it can (the default elsewhere), best library wins."""
+
+    name = "single"
+
+    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+        per_library = {}
+        for library in problem.table.libraries():
+            allowed = {name for name in problem.table.layouts if name.startswith(f"{library}:")} | {"ort:basic"}
+            restricted = SelectionProblem(problem.table, allowed)
+            plan = exact(restricted).plan
+            names = [restricted.options[i][c].primitive for i, c in enumerate(plan)]
+            full_plan = [next(j for j, o in enumerate(problem.options[i]) if o.primitive == name)
+                         for i, name in enumerate(names)]  # fmt: skip
+            per_library[library] = (problem.total(full_plan), full_plan)
+        library, (total, plan) = min(per_library.items(), key=lambda item: item[1][0])
+        per_library_ms = {name: value[0] for name, value in per_library.items()}
+        return SolverResult(plan, total, extra={"library": library, "per_library_ms": per_library_ms})
