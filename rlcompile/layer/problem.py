@@ -86,6 +86,15 @@ class SelectionProblem:
         return min(range(len(self.options[layer])), key=lambda c: self.options[layer][c].ms)
 
 
+def best_within_library(problem: SelectionProblem, library: str, default: str = "ort:basic") -> tuple[list[int], float]:
+    """The optimal plan that uses only ``library`` (and ``default`` for the layers it cannot run)."""
+    allowed = {name for name in problem.table.layouts if name.startswith(f"{library}:")} | {default}
+    restricted = SelectionProblem(problem.table, allowed)
+    names = [restricted.options[i][c].primitive for i, c in enumerate(exact(restricted).plan)]
+    plan = [next(j for j, o in enumerate(problem.options[i]) if o.primitive == n) for i, n in enumerate(names)]
+    return plan, problem.total(plan)
+
+
 @dataclass
 class ExactResult:
     plan: list[int]

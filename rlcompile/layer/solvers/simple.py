@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from rlcompile.layer.problem import SelectionProblem, exact
+from rlcompile.layer.problem import SelectionProblem, best_within_library, exact
 from rlcompile.layer.solvers.base import Solver, SolverResult, default_episodes
 
 
@@ -56,15 +56,7 @@ class SingleLibrary(Solver):
     name = "single"
 
     def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
-        per_library = {}
-        for library in problem.table.libraries():
-            allowed = {name for name in problem.table.layouts if name.startswith(f"{library}:")} | {"ort:basic"}
-            restricted = SelectionProblem(problem.table, allowed)
-            plan = exact(restricted).plan
-            names = [restricted.options[i][c].primitive for i, c in enumerate(plan)]
-            full_plan = [next(j for j, o in enumerate(problem.options[i]) if o.primitive == name)
-                         for i, name in enumerate(names)]  # fmt: skip
-            per_library[library] = (problem.total(full_plan), full_plan)
-        library, (total, plan) = min(per_library.items(), key=lambda item: item[1][0])
-        per_library_ms = {name: value[0] for name, value in per_library.items()}
+        per_library = {library: best_within_library(problem, library) for library in problem.table.libraries()}
+        library, (plan, total) = min(per_library.items(), key=lambda item: item[1][1])
+        per_library_ms = {name: value[1] for name, value in per_library.items()}
         return SolverResult(plan, total, extra={"library": library, "per_library_ms": per_library_ms})

@@ -1,0 +1,180 @@
+"""QS-DNN's evaluation on this CPU (seed 003, Table II and Figure 5), single-threaded like the seed.
+
+    python benchmarks/primitive_selection.py [--quick] [--models lenet5,alexnet,...] [--seeds 5]
+                                             [--episodes N] [--out results/primitive_selection]
+
+Per model: the lookup table (profiled once, then reused), and on it every single library, random
+search and Q-learning (same episodes, ``--seeds`` seeds each), greedy and the exact optimum. Reports
+each plan's predicted speedup over the NumPy baseline (the plan that uses only the NumPy lowerings
+wherever they apply), Q-learning's gap to the exact optimum and the episodes it needed to reach its
+final plan, then runs the main plans end to end and times them next to ONNX Runtime on the whole
+graph (measured vs predicted). Writes ``primitive_selection.json`` and ``primitive_selection.png``
+(best plan vs episodes, Q-learning vs random, mean over seeds). ``--quick``: lenet5 and squeezenet1_1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from rlcompile.backends.ort import OrtBackend
+from rlcompile.layer import primitives, solvers
+from rlcompile.layer.api import prepare
+from rlcompile.layer.engine import Engine
+from rlcompile.layer.problem import SelectionProblem, best_within_library, exact
+from rlcompile.measure import DEFAULT, QUICK, environment, measure_alternating
+from rlcompile.models import load_model
+
+console = Console(width=170)
+MODELS = "lenet5,alexnet,squeezenet1_1,mobilenet_v1,mobilenet_v2,googlenet,resnet18,vgg19"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=MODELS)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--episodes", type=int, default=None, help="default: 20 per layer, at least 500")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("results/primitive_selection"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.models, args.seeds = "lenet5,squeezenet1_1", 2
+    return args
+
+
+def searches(problem: SelectionProblem, args: argparse.Namespace) -> dict:
+    options = {"episodes": args.episodes} if args.episodes else {}
+    runs = {name: [solvers.create(name, **options).solve(problem, seed) for seed in range(args.seeds)]
+            for name in ("qlearning", "random")}  # fmt: skip
+    return runs
+
+
+def episodes_to_final(result) -> int | None:
+    return result.episodes_to_reach(result.total_ms)
+
+
+def evaluate_model(name: str, args: argparse.Namespace, timing) -> dict:
+    model = load_model(name)
+    with primitives.thread_limit(1):
+        network, table, path, reused = prepare(model, progress=lambda m: console.log(f"{name}: {m}"))
+        problem = SelectionProblem(table)
+        optimum = exact(problem)
+        libraries = {library: best_within_library(problem, library) for library in table.libraries()}
+        baseline_ms = libraries["numpy"][1]
+        best_library = min(libraries, key=lambda library: libraries[library][1])
+        found = searches(problem, args)
+        greedy = solvers.create("greedy").solve(problem)
+        plans = {
+            "numpy baseline": libraries["numpy"][0],
+            f"best single ({best_library})": libraries[best_library][0],
+            "greedy": greedy.plan,
+            "random (seed 0)": found["random"][0].plan,
+            "qlearning (seed 0)": found["qlearning"][0].plan,
+            "exact": optimum.plan,
+        }  # fmt: skip
+        measured = measure_plans(model, network, problem, plans, timing)
+    q_totals = [r.total_ms for r in found["qlearning"]]
+    r_totals = [r.total_ms for r in found["random"]]
+    return {
+        "model": name, "layers": len(problem), "table": str(path), "table_reused": reused,
+        "predicted_ms": {
+            **{f"single {lib}": total for lib, (_, total) in libraries.items()},
+            "random (mean of seeds)": statistics.mean(r_totals), "qlearning (mean of seeds)": statistics.mean(q_totals),
+            "greedy": greedy.total_ms, "exact": optimum.total_ms,
+        },
+        "numpy_baseline_ms": baseline_ms,
+        "exact_proven_optimal": optimum.proven_optimal,
+        "qlearning_gap_to_exact": statistics.mean(q_totals) / optimum.total_ms - 1,
+        "qlearning_hit_exact": sum(abs(t - optimum.total_ms) <= 1e-9 * optimum.total_ms for t in q_totals),
+        "qlearning_episodes_to_final": [episodes_to_final(r) for r in found["qlearning"]],
+        "episodes": found["qlearning"][0].episodes,
+        "curves": {kind: np.mean([r.history for r in runs], axis=0).tolist() for kind, runs in found.items()},
+        "measured": measured,
+    }  # fmt: skip
+
+
+def measure_plans(model, network, problem, plans, timing) -> dict:
+    """Each plan run end to end, timed alternately with ONNX Runtime on the whole graph (1 thread)."""
+    feeds = model.random_inputs(0)
+    engines = {label: Engine(network, problem.names(plan)) for label, plan in plans.items()}
+    session = OrtBackend("all", threads=1).prepare(model)
+    functions = [(lambda engine=engine: engine.run(feeds)) for engine in engines.values()] + [session.timer(feeds)]
+    stats = measure_alternating(functions, timing)
+    result = {label: {"predicted_ms": problem.total(plans[label]), "measured_ms": s.median_ms}
+              for label, s in zip(plans, stats, strict=False)}  # fmt: skip
+    result["onnxruntime native (whole graph)"] = {"predicted_ms": None, "measured_ms": stats[-1].median_ms}
+    return result
+
+
+def tables(rows: list[dict]) -> tuple[Table, Table]:
+    speedups = Table(title="Predicted speedup over the NumPy baseline (seed Table II), single thread")
+    columns = list(rows[0]["predicted_ms"])
+    for column in ["model", "layers", *columns, "QL gap to exact", "QL = exact (seeds)", "QL episodes to final"]:
+        speedups.add_column(column, justify="left" if column == "model" else "right")
+    for row in rows:
+        base = row["numpy_baseline_ms"]
+        cells = [f"{base / row['predicted_ms'][c]:.2f}x" for c in columns]
+        speedups.add_row(row["model"], str(row["layers"]), *cells, f"{100 * row['qlearning_gap_to_exact']:.2f}%",
+                         f"{row['qlearning_hit_exact']}", str(row["qlearning_episodes_to_final"]))  # fmt: skip
+    measured = Table(
+        title="Measured end to end vs predicted (ms, median, single thread), ONNX Runtime native alongside"
+    )
+    for column in ("model", "plan", "predicted", "measured", "measured / ORT native"):
+        measured.add_column(column, justify="left" if column in ("model", "plan") else "right")
+    for row in rows:
+        native = row["measured"]["onnxruntime native (whole graph)"]["measured_ms"]
+        for label, values in row["measured"].items():
+            predicted = "" if values["predicted_ms"] is None else f"{values['predicted_ms']:.2f}"
+            measured.add_row(row["model"], label, predicted, f"{values['measured_ms']:.2f}",
+                             f"{values['measured_ms'] / native:.2f}x")  # fmt: skip
+    return speedups, measured
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(4, len(rows))
+    lines = (len(rows) + columns - 1) // columns
+    figure, axes = plt.subplots(lines, columns, figsize=(4 * columns, 3.2 * lines), squeeze=False)
+    for axis, row in zip(axes.flat, rows, strict=False):
+        for kind, curve in row["curves"].items():
+            axis.plot(range(1, len(curve) + 1), curve, label=kind)
+        axis.axhline(row["predicted_ms"]["exact"], color="black", linewidth=0.8, linestyle="--", label="exact")
+        axis.set_title(row["model"], fontsize=9)
+        axis.set_xlabel("episodes")
+        axis.set_ylabel("best plan (predicted ms)")
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    timing = QUICK if args.quick else DEFAULT
+    rows = []
+    for name in [item for item in args.models.split(",") if item]:
+        rows.append(evaluate_model(name, args, timing))
+        (args.out / "primitive_selection.json").write_text(
+            json.dumps({"arguments": {k: str(v) for k, v in vars(args).items()}, "environment": environment(1),
+                        "models": rows}, indent=1))  # fmt: skip
+    plot(rows, args.out / "primitive_selection.png")
+    for table in tables(rows):
+        console.print(table)
+    console.print(f"wrote {args.out / 'primitive_selection.json'} and {args.out / 'primitive_selection.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
