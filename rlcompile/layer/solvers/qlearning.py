@@ -6,8 +6,8 @@ for the first half of the episodes (pure exploration, which fills the Q-table), 
 every 5% of the episodes. After every episode the Q-table learns from that episode and from 8 episodes
 replayed from a buffer of the last 128 (lr 0.05, gamma 0.9), each replayed backwards so the final
 layer's cost reaches the first layers quickly. The replays matter: on SqueezeNet's table (65 layers,
-1300 episodes) the best plan was 11-15% above the optimum with one replay per episode, 0.2-0.6% with 8. The answer is the best complete plan seen, by its
-undiscounted total, not the greedy policy at the end.
+1300 episodes) the best plan was 11-15% above the optimum with one replay per episode, 0.2-0.6% with 8.
+The answer is the best complete plan seen, by its undiscounted total, not the greedy policy at the end.
 """
 
 from __future__ import annotations
