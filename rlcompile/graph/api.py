@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -41,11 +42,16 @@ class GraphRequest:
     rule_ids: Sequence[str] | None = None
     seed: int = 0
     timing: MeasureConfig = DEFAULT
+    train_episodes: int = 20
+    checkpoint: Path | None = None
+    load: Path | None = None
 
     def validate(self) -> None:
-        if self.max_steps < 1 or self.time_limit_s <= 0:
-            raise RlcompileError("empty budget: --steps and --time-limit must be positive")
-        search.create(self.agent)
+        if self.max_steps < 1 or self.time_limit_s <= 0 or self.train_episodes < 1:
+            raise RlcompileError("empty budget: --steps, --time-limit and --train-episodes must be positive")
+        search.search_class(self.agent)
+        if self.load is not None and not Path(self.load).is_file():
+            raise RlcompileError(f"no such checkpoint: {self.load}")
         search_rules(self)
         if self.cost not in ("sum", "measured"):
             raise RlcompileError(f"unknown cost model {self.cost!r}; choose from sum, measured")
@@ -145,7 +151,14 @@ def optimize_graph(
 
 
 def agent_options(request: GraphRequest) -> dict:
-    return {"alpha": request.alpha} if request.agent == "taso" else {}
+    if request.agent == "taso":
+        return {"alpha": request.alpha}
+    if request.agent == "ppo":
+        from rlcompile.graph.agents.ppo import PPOConfig
+
+        config = PPOConfig(train_episodes=request.train_episodes)
+        return {"config": config, "seed": request.seed, "checkpoint": request.checkpoint, "load": request.load}
+    return {}
 
 
 def search_rules(request: GraphRequest) -> list[rules.Rule]:

@@ -27,7 +27,7 @@ def cost_model(tmp_path_factory):
     return OperatorCostModel(cache_file=tmp_path_factory.mktemp("costs") / "costs.json")
 
 
-@pytest.mark.parametrize("name", sorted(search.SEARCHES))
+@pytest.mark.parametrize("name", [*sorted(search.SEARCHES), *search.LEARNING_AGENTS])
 def test_search_contract(name, cost_model):
     proto = inception_block()
     model = onnx_graph.from_proto(proto)

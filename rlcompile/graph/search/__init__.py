@@ -8,14 +8,34 @@ from rlcompile.graph.search.greedy import GreedySearch
 from rlcompile.graph.search.taso import TasoSearch
 
 SEARCHES: dict[str, type[GraphSearch]] = {"greedy": GreedySearch, "taso": TasoSearch}
+#: Agents that need torch and torch_geometric, imported only when asked for.
+LEARNING_AGENTS = ("ppo",)
+
+
+def search_class(name: str) -> type[GraphSearch]:
+    if name == "ppo":
+        from rlcompile.graph.agents.ppo import PPOSearch
+
+        return PPOSearch
+    try:
+        return SEARCHES[name]
+    except KeyError:
+        choices = ", ".join([*SEARCHES, *LEARNING_AGENTS])
+        raise RlcompileError(f"unknown graph agent {name!r}; choose from {choices}") from None
 
 
 def create(name: str, **options: object) -> GraphSearch:
-    try:
-        cls = SEARCHES[name]
-    except KeyError:
-        raise RlcompileError(f"unknown graph agent {name!r}; choose from {', '.join(SEARCHES)}") from None
-    return cls(**options)
+    return search_class(name)(**options)
 
 
-__all__ = ["SEARCHES", "GraphSearch", "Rewrite", "SearchBudget", "SearchResult", "apply_exhaustively", "create"]
+__all__ = [
+    "LEARNING_AGENTS",
+    "SEARCHES",
+    "GraphSearch",
+    "Rewrite",
+    "SearchBudget",
+    "SearchResult",
+    "apply_exhaustively",
+    "create",
+    "search_class",
+]

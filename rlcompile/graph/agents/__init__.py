@@ -1,0 +1,1 @@
+"""The graph level's learning agents (torch, torch_geometric): the GNN embedding and PPO."""

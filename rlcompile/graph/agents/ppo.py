@@ -1,0 +1,266 @@
+"""The model-free agent (seed 004, chapter 4): PPO on a GNN embedding with a hierarchical masked action.
+
+Readable top to bottom, CleanRL style. The policy embeds the graph (:mod:`.gnn`), picks a rule from
+the applicable ones plus NO-OP, then a location for that rule from its mask; one value head. Rollouts
+of ``steps_per_update`` real environment steps are scored with GAE and optimised with the clipped PPO
+objective for a few epochs of minibatches. Training stops after ``train_episodes`` episodes or the time
+limit. The trained policy is then applied greedily (argmax) from the original graph until it chooses
+NO-OP or hits the step cap: that rollout's best graph is the agent's answer, and its wall time is the
+inference-time optimisation cost, reported apart from training.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import torch
+from torch import nn
+from torch_geometric.data import Batch
+
+from rlcompile.errors import RlcompileError
+from rlcompile.graph.agents.gnn import GraphEncoder, to_data
+from rlcompile.graph.cost import CostModel
+from rlcompile.graph.env import GraphEnv
+from rlcompile.graph.locations import MAX_LOCATIONS
+from rlcompile.graph.rules import Rule
+from rlcompile.graph.search.base import GraphSearch, ProgressCallback, Rewrite, SearchBudget, SearchResult
+
+MASKED = -1e9
+
+
+@dataclass
+class PPOConfig:
+    train_episodes: int = 20
+    episode_steps: int = 20
+    steps_per_update: int = 32
+    epochs: int = 4
+    minibatch: int = 16
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    entropy: float = 0.01
+    value_coefficient: float = 0.5
+    hidden: int = 64
+    reward_scale: float = 100.0  # X-RLflow's x100: rewards are fractions of the initial cost
+
+
+def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, outputs))
+
+
+class HierarchicalPolicy(nn.Module):
+    """Rule first (masked), then a location for that rule (masked); a shared GNN trunk and a value head."""
+
+    def __init__(self, node_features: int, rules: int, hidden: int = 64, locations: int = MAX_LOCATIONS) -> None:
+        super().__init__()
+        self.rules = rules
+        self.encoder = GraphEncoder(node_features, hidden=hidden)
+        size = self.encoder.output_size
+        self.rule_head = mlp(size, hidden, rules + 1)
+        self.location_head = mlp(size + rules + 1, hidden, locations)
+        self.value_head = mlp(size, hidden, 1)
+
+    def distributions(self, batch: Batch, rules: torch.Tensor | None = None):
+        """(rule distribution, location distribution given ``rules``, value, the rules used)."""
+        _, embedding = self.encoder(batch)
+        rule_logits = self.rule_head(embedding).masked_fill(~batch.rule_mask, MASKED)
+        rule_distribution = torch.distributions.Categorical(logits=rule_logits)
+        if rules is None:
+            rules = rule_distribution.sample()
+        one_hot = nn.functional.one_hot(rules, self.rules + 1).float()
+        location_logits = self.location_head(torch.cat([embedding, one_hot], dim=1))
+        location_mask = self.location_mask(batch.location_mask, rules)
+        location_distribution = torch.distributions.Categorical(
+            logits=location_logits.masked_fill(~location_mask, MASKED)
+        )
+        return rule_distribution, location_distribution, self.value_head(embedding).squeeze(1), rules
+
+    def location_mask(self, masks: torch.Tensor, rules: torch.Tensor) -> torch.Tensor:
+        """Each row's mask for its rule; NO-OP rows allow location 0 only (it is ignored)."""
+        no_op = rules == self.rules
+        rows = masks[torch.arange(len(rules)), rules.clamp(max=self.rules - 1)]
+        only_first = torch.zeros_like(rows)
+        only_first[:, 0] = True
+        return torch.where(no_op.unsqueeze(1), only_first, rows)
+
+    @torch.no_grad()
+    def act(self, batch: Batch, greedy: bool = False) -> tuple[int, int, float, float]:
+        rule_dist, _, value, _ = self.distributions(batch)
+        rule = rule_dist.probs.argmax(1) if greedy else rule_dist.sample()
+        _, location_dist, _, _ = self.distributions(batch, rule)
+        location = location_dist.probs.argmax(1) if greedy else location_dist.sample()
+        log_prob = rule_dist.log_prob(rule) + location_dist.log_prob(location) * (rule != self.rules)
+        return int(rule), int(location), float(log_prob), float(value)
+
+    def evaluate(self, batch: Batch, rules: torch.Tensor, locations: torch.Tensor):
+        rule_dist, location_dist, value, _ = self.distributions(batch, rules)
+        real = (rules != self.rules).float()
+        log_prob = rule_dist.log_prob(rules) + location_dist.log_prob(locations) * real
+        entropy = rule_dist.entropy() + location_dist.entropy() * real
+        return log_prob, entropy, value
+
+
+@dataclass
+class Step:
+    data: object
+    rule: int
+    location: int
+    log_prob: float
+    value: float
+    reward: float
+    done: bool
+
+
+def advantages(steps: list[Step], last_value: float, config: PPOConfig) -> tuple[np.ndarray, np.ndarray]:
+    """GAE(lambda) advantages and the returns the value head regresses to."""
+    gains = np.zeros(len(steps))
+    running = 0.0
+    for index in reversed(range(len(steps))):
+        step = steps[index]
+        following = last_value if index == len(steps) - 1 else steps[index + 1].value
+        following = 0.0 if step.done else following
+        delta = step.reward + config.gamma * following - step.value
+        running = delta + config.gamma * config.gae_lambda * (0.0 if step.done else running)
+        gains[index] = running
+    return gains, gains + np.array([step.value for step in steps])
+
+
+def update(policy: HierarchicalPolicy, optimizer, steps: list[Step], last_value: float, config: PPOConfig,
+           generator: torch.Generator) -> float:  # fmt: skip
+    gains, returns = advantages(steps, last_value, config)
+    gains_t = torch.as_tensor((gains - gains.mean()) / (gains.std() + 1e-8), dtype=torch.float32)
+    returns_t = torch.as_tensor(returns, dtype=torch.float32)
+    old_log_probs = torch.as_tensor([s.log_prob for s in steps], dtype=torch.float32)
+    rules = torch.as_tensor([s.rule for s in steps])
+    locations = torch.as_tensor([s.location for s in steps])
+    loss_value = 0.0
+    for _ in range(config.epochs):
+        order = torch.randperm(len(steps), generator=generator)
+        for start in range(0, len(steps), config.minibatch):
+            index = order[start : start + config.minibatch]
+            batch = Batch.from_data_list([steps[i].data for i in index.tolist()])
+            log_prob, entropy, value = policy.evaluate(batch, rules[index], locations[index])
+            ratio = torch.exp(log_prob - old_log_probs[index])
+            clipped = torch.clamp(ratio, 1 - config.clip, 1 + config.clip)
+            policy_loss = -torch.min(ratio * gains_t[index], clipped * gains_t[index]).mean()
+            value_loss = (value - returns_t[index]).pow(2).mean()
+            loss = policy_loss + config.value_coefficient * value_loss - config.entropy * entropy.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+            optimizer.step()
+            loss_value = loss.item()
+    return loss_value
+
+
+def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float = float("inf"),
+          progress: ProgressCallback | None = None) -> tuple[HierarchicalPolicy, dict]:  # fmt: skip
+    """PPO on the real environment; returns the policy and training statistics."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    observation, _ = env.reset(seed=seed)
+    node_features = observation["graph"].nodes.shape[1]
+    policy = HierarchicalPolicy(node_features, len(env.rules), config.hidden, env.max_locations)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    started = time.perf_counter()
+    episodes = env_steps = 0
+    best_cost, returns, episode_return = env.initial_cost, [], 0.0
+    while episodes < config.train_episodes and time.perf_counter() - started < time_limit_s:
+        steps = []
+        for _ in range(config.steps_per_update):
+            data = to_data(observation)
+            with torch.no_grad():
+                rule, location, log_prob, value = policy.act(Batch.from_data_list([data]))
+            observation, reward, terminated, truncated, info = env.step((rule, location))
+            env_steps += 1
+            best_cost = min(best_cost, info["cost_ms"])
+            episode_return += reward
+            done = terminated or truncated
+            steps.append(Step(data, rule, location, log_prob, value, reward * config.reward_scale, done))
+            if done:
+                episodes += 1
+                returns.append(episode_return)
+                episode_return = 0.0
+                observation, _ = env.reset()
+        with torch.no_grad():
+            _, _, last_value, _ = policy.distributions(Batch.from_data_list([to_data(observation)]))
+        update(policy, optimizer, steps, float(last_value), config, generator)
+        if progress:
+            progress(episodes, best_cost, env_steps)
+    stats = {"train_episodes": episodes, "train_env_steps": env_steps, "train_seconds": time.perf_counter() - started,
+             "best_cost_seen_in_training_ms": best_cost, "episode_returns": returns}  # fmt: skip
+    return policy, stats
+
+
+def apply_policy(policy: HierarchicalPolicy, env: GraphEnv) -> tuple[ir.Model, float, list[Rewrite], float]:
+    """Greedy rollout from the original graph: (best graph, its cost, rewrites to it, seconds)."""
+    started = time.perf_counter()
+    observation, info = env.reset()
+    best = (env.model, info["cost_ms"], [])
+    path: list[Rewrite] = []
+    for _ in range(env.max_steps):
+        with torch.no_grad():
+            rule, location, _, _ = policy.act(Batch.from_data_list([to_data(observation)]), greedy=True)
+        if rule == env.no_op:
+            break
+        chosen = env.locations[rule][location]
+        observation, _, _, truncated, info = env.step((rule, location))
+        path.append(Rewrite(env.rules[rule].id, chosen.nodes, info["cost_ms"]))
+        if info["cost_ms"] < best[1]:
+            best = (env.model, info["cost_ms"], list(path))
+        if truncated:
+            break
+    return best[0], best[1], best[2], time.perf_counter() - started
+
+
+def save_checkpoint(path: Path, policy: HierarchicalPolicy, config: PPOConfig, rule_ids: Sequence[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    node_features = policy.encoder.embed.in_features
+    torch.save({"config": asdict(config), "rules": list(rule_ids), "node_features": node_features,
+                "state": policy.state_dict()}, path)  # fmt: skip
+
+
+def load_checkpoint(path: Path) -> tuple[HierarchicalPolicy, PPOConfig, list[str]]:
+    saved = torch.load(path, weights_only=False)
+    config = PPOConfig(**saved["config"])
+    policy = HierarchicalPolicy(saved["node_features"], len(saved["rules"]), config.hidden)
+    policy.load_state_dict(saved["state"])
+    return policy, config, saved["rules"]
+
+
+class PPOSearch(GraphSearch):
+    """``rlcompile graph --agent ppo``: train on this graph (or load a checkpoint), then apply greedily."""
+
+    name = "ppo"
+
+    def __init__(self, budget: SearchBudget | None = None, config: PPOConfig | None = None, seed: int = 0,
+                 checkpoint: Path | None = None, load: Path | None = None) -> None:  # fmt: skip
+        super().__init__(budget)
+        self.config = config or PPOConfig()
+        self.seed = seed
+        self.checkpoint = checkpoint
+        self.load = load
+
+    def search(self, model: ir.Model, rules: Sequence[Rule], cost_model: CostModel,
+               progress: ProgressCallback | None = None) -> SearchResult:  # fmt: skip
+        env = GraphEnv(model, rules, cost_model, max_steps=self.config.episode_steps)
+        if self.load is not None:
+            policy, _, rule_ids = load_checkpoint(self.load)
+            if rule_ids != [rule.id for rule in rules]:
+                raise RlcompileError(f"{self.load} was trained with other rules: {', '.join(rule_ids)}")
+            stats = {"train_episodes": 0, "train_seconds": 0.0, "loaded": str(self.load)}
+        else:
+            policy, stats = train(env, self.config, self.seed, self.budget.time_limit_s, progress)
+            if self.checkpoint is not None:
+                save_checkpoint(self.checkpoint, policy, self.config, [rule.id for rule in rules])
+        best, cost, path, seconds = apply_policy(policy, env)
+        stats |= {"inference_seconds": seconds}
+        total = stats.get("train_seconds", 0.0) + seconds
+        return SearchResult(best, env.initial_cost, cost, path, len(path), stats.get("train_env_steps", 0) + len(path),
+                            total, "converged", {k: v for k, v in stats.items() if k != "episode_returns"})  # fmt: skip
