@@ -235,7 +235,7 @@ def command_graph(args: argparse.Namespace) -> int:
     request = GraphRequest(
         agent=args.agent, max_steps=args.steps, time_limit_s=args.time_limit, alpha=args.alpha, cost=args.cost,
         clean=not args.no_clean, rule_ids=args.rules.split(",") if args.rules else None, seed=args.seed,
-        train_episodes=args.train_episodes, checkpoint=args.checkpoint, load=args.load,
+        train_episodes=args.train_episodes, checkpoint=args.checkpoint, load=args.load, temperature=args.temperature,
         timing=measure_config(args),
     )  # fmt: skip
     request.validate()
@@ -350,8 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     graph = commands.add_parser("graph", help="rewrite a model's graph with substitution rules (graph level)")
     add_model_arguments(graph)
-    graph.add_argument("--agent", default="taso", help="greedy, taso or ppo (default taso)")
-    graph.add_argument("--train-episodes", type=int, default=20, help="ppo: training episodes (default 20)")
+    graph.add_argument("--agent", default="taso", help="greedy, taso, ppo or world-model (default taso)")
+    graph.add_argument(
+        "--train-episodes",
+        type=int,
+        default=20,
+        help="ppo: training episodes; world-model: random-agent episodes (default 20)",
+    )
+    graph.add_argument("--temperature", type=float, default=1.0, help="world-model: sampling temperature tau")
     graph.add_argument("--checkpoint", type=Path, default=None, help="ppo: save the trained policy here")
     graph.add_argument("--load", type=Path, default=None, help="ppo: apply this trained policy, no training")
     graph.add_argument("-o", "--output", type=Path, default=None, help="write the optimised graph here (.onnx)")

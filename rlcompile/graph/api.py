@@ -43,6 +43,7 @@ class GraphRequest:
     seed: int = 0
     timing: MeasureConfig = DEFAULT
     train_episodes: int = 20
+    temperature: float = 1.0
     checkpoint: Path | None = None
     load: Path | None = None
 
@@ -158,6 +159,11 @@ def agent_options(request: GraphRequest) -> dict:
 
         config = PPOConfig(train_episodes=request.train_episodes)
         return {"config": config, "seed": request.seed, "checkpoint": request.checkpoint, "load": request.load}
+    if request.agent == "world-model":
+        from rlcompile.graph.agents.world_model import WorldModelConfig
+
+        return {"config": WorldModelConfig(random_episodes=request.train_episodes, temperature=request.temperature),
+                "seed": request.seed}  # fmt: skip
     return {}
 
 

@@ -33,7 +33,7 @@ def test_encoder_embeds_graphs_of_any_size(env):
 def test_policy_only_picks_allowed_actions(env):
     observation, _ = env.reset()
     batch = Batch.from_data_list([to_data(observation)])
-    policy = HierarchicalPolicy(batch.x.shape[1], len(env.rules))
+    policy = HierarchicalPolicy.for_graphs(batch.x.shape[1], len(env.rules))
     allowed = set(env.valid_actions())
     for _ in range(30):
         rule, location, log_prob, _ = policy.act(batch)
@@ -56,3 +56,30 @@ def test_trained_policy_is_saved_and_applied_without_training(env, tmp_path):
     assert [r.describe() for r in applied.rewrites] == [r.describe() for r in trained.rewrites]
     with pytest.raises(RlcompileError, match="trained with other rules"):
         PPOSearch(load=checkpoint).search(env.initial_model, env.rules[:3], env.cost_model)
+
+
+def test_world_model_learns_and_its_controller_acts_in_the_real_environment(env):
+    from rlcompile.graph.agents.world_model import WorldModelConfig, WorldModelSearch
+
+    config = WorldModelConfig(random_episodes=6, episode_steps=4, model_epochs=4, dream_episodes=10,
+                              controller=PPOConfig(steps_per_update=16))  # fmt: skip
+    result = WorldModelSearch(config=config).search(env.initial_model, env.rules, env.cost_model)
+    extra = result.extra
+    assert extra["random_episodes"] == 6 and extra["real_env_steps"] > 0 and extra["dream_steps"] > 0
+    assert extra["dream_step_ms"] > 0 and extra["real_step_ms"] > 0
+    assert set(extra["prediction_error"]) == {"reward_mae", "latent_rmse", "latent_nll"}
+    assert result.final_cost_ms <= result.initial_cost_ms
+    assert result.final_cost_ms == pytest.approx(env.cost_model.graph_cost(result.model))
+
+
+def test_mixture_sampling_sharpens_with_low_temperature():
+    from rlcompile.graph.agents.world_model import MDNRNN
+
+    logits = torch.tensor([[0.0, 2.0]])
+    means = torch.tensor([[[0.0], [10.0]]])
+    log_sigmas = torch.zeros(1, 2, 1)
+    generator = torch.Generator().manual_seed(0)
+    cold = [float(MDNRNN.sample((logits, means, log_sigmas), 0.01, generator)) for _ in range(50)]
+    assert all(abs(value - 10.0) < 0.5 for value in cold)
+    hot = [float(MDNRNN.sample((logits, means, log_sigmas), 1.0, generator)) for _ in range(200)]
+    assert any(abs(value) < 4 for value in hot)

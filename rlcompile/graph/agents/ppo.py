@@ -57,10 +57,11 @@ def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
 class HierarchicalPolicy(nn.Module):
     """Rule first (masked), then a location for that rule (masked); a shared GNN trunk and a value head."""
 
-    def __init__(self, node_features: int, rules: int, hidden: int = 64, locations: int = MAX_LOCATIONS) -> None:
+    def __init__(self, encoder: nn.Module, rules: int, hidden: int = 64, locations: int = MAX_LOCATIONS) -> None:
+        """``encoder(batch)`` returns (anything, embeddings [batch, encoder.output_size])."""
         super().__init__()
         self.rules = rules
-        self.encoder = GraphEncoder(node_features, hidden=hidden)
+        self.encoder = encoder
         size = self.encoder.output_size
         self.rule_head = mlp(size, hidden, rules + 1)
         self.location_head = mlp(size + rules + 1, hidden, locations)
@@ -80,6 +81,10 @@ class HierarchicalPolicy(nn.Module):
             logits=location_logits.masked_fill(~location_mask, MASKED)
         )
         return rule_distribution, location_distribution, self.value_head(embedding).squeeze(1), rules
+
+    @classmethod
+    def for_graphs(cls, node_features: int, rules: int, hidden: int = 64, locations: int = MAX_LOCATIONS):
+        return cls(GraphEncoder(node_features, hidden=hidden), rules, hidden, locations)
 
     def location_mask(self, masks: torch.Tensor, rules: torch.Tensor) -> torch.Tensor:
         """Each row's mask for its rule; NO-OP rows allow location 0 only (it is ignored)."""
@@ -131,8 +136,9 @@ def advantages(steps: list[Step], last_value: float, config: PPOConfig) -> tuple
     return gains, gains + np.array([step.value for step in steps])
 
 
-def update(policy: HierarchicalPolicy, optimizer, steps: list[Step], last_value: float, config: PPOConfig,
-           generator: torch.Generator) -> float:  # fmt: skip
+def update(policy: nn.Module, optimizer, steps: list[Step], last_value: float, config: PPOConfig,
+           generator: torch.Generator, collate=Batch.from_data_list) -> float:  # fmt: skip
+    """Clipped-PPO epochs over ``steps``; ``collate`` batches their observations for ``policy.evaluate``."""
     gains, returns = advantages(steps, last_value, config)
     gains_t = torch.as_tensor((gains - gains.mean()) / (gains.std() + 1e-8), dtype=torch.float32)
     returns_t = torch.as_tensor(returns, dtype=torch.float32)
@@ -144,7 +150,7 @@ def update(policy: HierarchicalPolicy, optimizer, steps: list[Step], last_value:
         order = torch.randperm(len(steps), generator=generator)
         for start in range(0, len(steps), config.minibatch):
             index = order[start : start + config.minibatch]
-            batch = Batch.from_data_list([steps[i].data for i in index.tolist()])
+            batch = collate([steps[i].data for i in index.tolist()])
             log_prob, entropy, value = policy.evaluate(batch, rules[index], locations[index])
             ratio = torch.exp(log_prob - old_log_probs[index])
             clipped = torch.clamp(ratio, 1 - config.clip, 1 + config.clip)
@@ -166,7 +172,7 @@ def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float =
     generator = torch.Generator().manual_seed(seed)
     observation, _ = env.reset(seed=seed)
     node_features = observation["graph"].nodes.shape[1]
-    policy = HierarchicalPolicy(node_features, len(env.rules), config.hidden, env.max_locations)
+    policy = HierarchicalPolicy.for_graphs(node_features, len(env.rules), config.hidden, env.max_locations)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     started = time.perf_counter()
     episodes = env_steps = 0
@@ -229,7 +235,7 @@ def save_checkpoint(path: Path, policy: HierarchicalPolicy, config: PPOConfig, r
 def load_checkpoint(path: Path) -> tuple[HierarchicalPolicy, PPOConfig, list[str]]:
     saved = torch.load(path, weights_only=False)
     config = PPOConfig(**saved["config"])
-    policy = HierarchicalPolicy(saved["node_features"], len(saved["rules"]), config.hidden)
+    policy = HierarchicalPolicy.for_graphs(saved["node_features"], len(saved["rules"]), config.hidden)
     policy.load_state_dict(saved["state"])
     return policy, config, saved["rules"]
 

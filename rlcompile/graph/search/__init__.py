@@ -9,7 +9,7 @@ from rlcompile.graph.search.taso import TasoSearch
 
 SEARCHES: dict[str, type[GraphSearch]] = {"greedy": GreedySearch, "taso": TasoSearch}
 #: Agents that need torch and torch_geometric, imported only when asked for.
-LEARNING_AGENTS = ("ppo",)
+LEARNING_AGENTS = ("ppo", "world-model")
 
 
 def search_class(name: str) -> type[GraphSearch]:
@@ -17,6 +17,10 @@ def search_class(name: str) -> type[GraphSearch]:
         from rlcompile.graph.agents.ppo import PPOSearch
 
         return PPOSearch
+    if name == "world-model":
+        from rlcompile.graph.agents.world_model import WorldModelSearch
+
+        return WorldModelSearch
     try:
         return SEARCHES[name]
     except KeyError:
