@@ -1,0 +1,117 @@
+"""Side-by-side runs of graph-level agents for the benchmarks: rows, tables, plots, cost-model accuracy."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from rlcompile.graph.api import GraphRequest, optimize_graph
+from rlcompile.models import load_model
+
+
+def ranks(values: list[float]) -> np.ndarray:
+    return np.argsort(np.argsort(values)).astype(float)
+
+
+def cost_model_accuracy(rows: list[dict]) -> dict:
+    """How the per-operator sum relates to the measured latency, over every graph timed."""
+    estimated = [row["original_cost_ms"] for row in rows] + [row["search"]["final_cost_ms"] for row in rows]
+    measured = [row["ort_original_ms"] for row in rows] + [row["ort_optimized_ms"] for row in rows]
+    ratio = [e / m for e, m in zip(estimated, measured, strict=True)]
+    same_direction = [
+        (row["search"]["final_cost_ms"] < row["search"]["initial_cost_ms"])
+        == (row["ratio_optimized_over_original"] < 1)
+        for row in rows
+        if row["search"]["rewrites"]
+    ]
+    return {
+        "graphs": len(estimated),
+        "spearman": float(np.corrcoef(ranks(estimated), ranks(measured))[0, 1]) if len(estimated) > 2 else None,
+        "pearson_log": float(np.corrcoef(np.log(estimated), np.log(measured))[0, 1]) if len(estimated) > 2 else None,
+        "estimate_over_measured_median": statistics.median(ratio),
+        "estimate_over_measured_range": [min(ratio), max(ratio)],
+        "direction_agrees": f"{sum(same_direction)}/{len(same_direction)}",
+    }
+
+
+def run_grid(models: Sequence[str], agents: Sequence[str], console: Console, **request_options) -> list[dict]:
+    """Every model with every agent (same request options), each verified and timed against the original."""
+    rows = []
+    for model_name in models:
+        model = load_model(model_name)
+        for agent in agents:
+            request = GraphRequest(agent=agent, **request_options)
+            prefix = f"{model_name} {agent}"
+            run = optimize_graph(
+                model, request, progress=lambda message, prefix=prefix: console.log(f"{prefix}: {message}")
+            )
+            row = run.to_dict() | {
+                "rules_applied": dict(Counter(r["rule"] for r in run.to_dict()["search"]["rewrites"]))
+            }
+            rows.append(row)
+            search = row["search"]
+            console.log(
+                f"{prefix}: est {search['initial_cost_ms']:.2f} -> {search['final_cost_ms']:.2f} ms, "
+                f"ORT {row['ort_original_ms']:.2f} -> {row['ort_optimized_ms']:.2f} ms "
+                f"({row['ratio_optimized_over_original']:.3f}x), search {search['search_seconds']:.1f} s"
+            )  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict], title: str) -> Table:
+    """One row per (model, agent): rewrites, estimated and measured latency, ratio, search time."""
+    result = Table(title=title)
+    columns = ("model", "agent", "rewrites", "est. before ms", "est. after ms", "ORT original ms", "ORT optimised ms",
+               "optimised/original", "search s", "steps", "graphs", "max rel err", "rules applied")  # fmt: skip
+    for column in columns:
+        result.add_column(column, justify="left" if column in ("model", "agent", "rules applied") else "right")
+    for row in rows:
+        search = row["search"]
+        result.add_row(
+            row["model"], row["agent"], str(row["kept_rewrites"]), f"{search['initial_cost_ms']:.2f}",
+            f"{search['final_cost_ms']:.2f}", f"{row['ort_original_ms']:.2f}", f"{row['ort_optimized_ms']:.2f}",
+            f"{row['ratio_optimized_over_original']:.3f}", f"{search['search_seconds']:.1f}", str(search["steps"]),
+            str(search["graphs_evaluated"]), f"{row['agreement']['max_rel']:.1e}",
+            ", ".join(f"{rule} x{count}" for rule, count in row["rules_applied"].items()),
+        )  # fmt: skip
+    return result
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Ratio optimised/original per model and agent (bars), and estimate vs measurement (scatter)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agents = sorted({row["agent"] for row in rows})
+    models = list(dict.fromkeys(row["model"] for row in rows))
+    figure, (bars, scatter) = plt.subplots(1, 2, figsize=(14, 4.8))
+    width = 0.8 / len(agents)
+    for index, agent in enumerate(agents):
+        ratios = [next(r["ratio_optimized_over_original"] for r in rows if r["model"] == m and r["agent"] == agent)
+                  for m in models]  # fmt: skip
+        bars.bar(np.arange(len(models)) + index * width, ratios, width, label=agent)
+    bars.axhline(1.0, color="black", linewidth=0.8)
+    bars.set_xticks(np.arange(len(models)) + width * (len(agents) - 1) / 2, models, rotation=30, ha="right")
+    bars.set_ylabel("ORT latency, optimised / original (lower is better)")
+    bars.legend()
+    for row in rows:
+        scatter.scatter(row["ort_original_ms"], row["original_cost_ms"], color="tab:blue", s=14)
+        scatter.scatter(row["ort_optimized_ms"], row["search"]["final_cost_ms"], color="tab:orange", s=14)
+    limits = [min(r["ort_original_ms"] for r in rows) / 2, max(r["ort_original_ms"] for r in rows) * 2]
+    scatter.plot(limits, limits, color="black", linewidth=0.8)
+    scatter.set_xscale("log")
+    scatter.set_yscale("log")
+    scatter.set_xlabel("measured ORT latency (ms)")
+    scatter.set_ylabel("sum of per-operator times (ms)")
+    scatter.set_title("cost model: original (blue) and optimised (orange) graphs")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
