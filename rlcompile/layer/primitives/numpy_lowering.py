@@ -56,19 +56,29 @@ class Im2colConv(Primitive):
         return run
 
 
-class Im2rowConv(Primitive):
-    name, library, layout = "numpy:im2row", "numpy", "nhwc"
+class UngroupedConv(Primitive):
+    """A lowering for ordinary (group 1, undilated) convolutions."""
+
+    library = "numpy"
 
     def supports(self, layer: Layer) -> bool:
         return plain_conv(layer) and conv_geometry(layer)[3] == 1
 
-    def prepare(self, layer: Layer) -> Kernel:
+    @staticmethod
+    def unpack(layer: Layer):
+        """(strides, pads, weights, bias, output height, output width)."""
         strides, pads, _, _ = conv_geometry(layer)
-        weights = layer.constants[1]
+        _, _, oh, ow = layer.output_shapes[0]
+        return strides, pads, layer.constants[1], conv_bias(layer), oh, ow
+
+
+class Im2rowConv(UngroupedConv):
+    name, layout = "numpy:im2row", "nhwc"
+
+    def prepare(self, layer: Layer) -> Kernel:
+        strides, pads, weights, bias, oh, ow = self.unpack(layer)
         out_channels, channels, kh, kw = weights.shape
         matrix = np.ascontiguousarray(weights.transpose(2, 3, 1, 0).reshape(kh * kw * channels, out_channels))
-        bias = conv_bias(layer)
-        _, _, oh, ow = layer.output_shapes[0]
 
         def run(inputs):
             x = padded(inputs[0], pads, (1, 2))
@@ -80,19 +90,13 @@ class Im2rowConv(Primitive):
         return run
 
 
-class Kn2rowConv(Primitive):
-    name, library, layout = "numpy:kn2row", "numpy", "nchw"
-
-    def supports(self, layer: Layer) -> bool:
-        return plain_conv(layer) and conv_geometry(layer)[3] == 1
+class Kn2rowConv(UngroupedConv):
+    name, layout = "numpy:kn2row", "nchw"
 
     def prepare(self, layer: Layer) -> Kernel:
-        strides, pads, _, _ = conv_geometry(layer)
-        weights = layer.constants[1]
+        strides, pads, weights, bias, oh, ow = self.unpack(layer)
         out_channels, channels, kh, kw = weights.shape
         taps = [(i, j, np.ascontiguousarray(weights[:, :, i, j])) for i in range(kh) for j in range(kw)]
-        bias = conv_bias(layer)
-        _, _, oh, ow = layer.output_shapes[0]
         sh, sw = strides
 
         def run(inputs):
