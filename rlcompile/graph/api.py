@@ -20,8 +20,7 @@ import onnx_ir as ir
 
 from rlcompile.backends.ort import OrtBackend, run_proto
 from rlcompile.errors import RlcompileError
-from rlcompile.graph import onnx_graph, rules, search
-from rlcompile.graph.cost import CostModel, MeasuredCostModel, OperatorCostModel
+from rlcompile.graph import cost, onnx_graph, rules, search
 from rlcompile.graph.search import Rewrite, SearchBudget, SearchResult
 from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
 from rlcompile.models.onnx_model import LoadedModel
@@ -101,10 +100,6 @@ class GraphRun:
 Progress = Callable[[str], None]
 
 
-def build_cost_model(name: str, feeds: dict[str, np.ndarray]) -> CostModel:
-    return OperatorCostModel() if name == "sum" else MeasuredCostModel(feeds)
-
-
 def optimize_graph(
     model: LoadedModel,
     request: GraphRequest,
@@ -114,7 +109,7 @@ def optimize_graph(
     request.validate()
     feeds = model.random_inputs(request.seed)
     original = onnx_graph.from_proto(model.proto)
-    cost_model = build_cost_model(request.cost, feeds)
+    cost_model = cost.create(request.cost, feeds)
     working, cleanup = original, []
     if request.clean:
         working, cleanup = search.apply_exhaustively(original, rules.all_rules(list(CLEANUP_RULES)))

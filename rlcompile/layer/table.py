@@ -20,7 +20,7 @@ import numpy as np
 import onnxruntime as ort
 
 from rlcompile.layer import primitives
-from rlcompile.layer.network import SOURCE, Edge, Network
+from rlcompile.layer.network import Edge, Network
 from rlcompile.measure import MeasureConfig, cpu_model, environment, measure_latency
 from rlcompile.models.onnx_model import LoadedModel, first_line
 from rlcompile.models.zoo import cache_dir
@@ -155,6 +155,3 @@ def time_conversions(edges: list[Edge], timing: MeasureConfig, rng: np.random.Ge
             for array, source, target in ((nchw, "nchw", "nhwc"), (nhwc, "nhwc", "nchw"))
         }
     return conversions
-
-
-__all__ = ["SOURCE", "LookupTable", "load_or_profile", "profile", "table_path"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlcompile.errors import RlcompileError
 from rlcompile.layer.network import Layer
-from rlcompile.layer.primitives.base import LAYOUTS, THREADS, Kernel, Primitive, convert, in_layout_shape, thread_limit
+from rlcompile.layer.primitives.base import LAYOUTS, THREADS, Kernel, Primitive, convert, thread_limit
 from rlcompile.layer.primitives.numpy_lowering import (
     ConcatNCHW,
     ConcatNHWC,
@@ -61,6 +61,5 @@ __all__ = [
     "candidates",
     "convert",
     "create",
-    "in_layout_shape",
     "thread_limit",
 ]

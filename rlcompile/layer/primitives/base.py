@@ -53,13 +53,6 @@ def convert(array: np.ndarray, source: str, target: str) -> np.ndarray:
     return np.ascontiguousarray(array.transpose(axes))
 
 
-def in_layout_shape(shape: Sequence[int], layout: str) -> tuple[int, ...]:
-    """The shape an NCHW tensor has when stored in ``layout``."""
-    if layout == "nhwc" and len(shape) == 4:
-        return (shape[0], shape[2], shape[3], shape[1])
-    return tuple(shape)
-
-
 class Primitive(ABC):
     """One implementation of some layers; ``name`` is ``library:variant``."""
 
