@@ -53,8 +53,8 @@ class GraphRequest:
         if self.load is not None and not Path(self.load).is_file():
             raise RlcompileError(f"no such checkpoint: {self.load}")
         search_rules(self)
-        if self.cost not in ("sum", "measured"):
-            raise RlcompileError(f"unknown cost model {self.cost!r}; choose from sum, measured")
+        if self.cost not in cost.COST_MODELS:
+            raise RlcompileError(f"unknown cost model {self.cost!r}; choose from {', '.join(cost.COST_MODELS)}")
 
 
 @dataclass

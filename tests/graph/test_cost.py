@@ -66,3 +66,26 @@ def test_measured_cost_times_the_whole_graph():
     assert MeasuredCostModel(loaded(proto).random_inputs()).graph_cost(model) > 0
     with pytest.raises(RlcompileError, match="unknown cost model"):
         create("flops")
+
+
+def test_fusion_aware_cost_frees_activations_ort_fuses_into_their_conv(tmp_path):
+    from rlcompile.graph import rules
+    from rlcompile.graph.cost import FusionAwareCostModel, fused_into_conv
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 12, 12])
+    branches = [b.op("Relu", [b.conv(x, 8, 8)]) for _ in range(2)]
+    model = onnx_graph.from_proto(b.model([b.op("Concat", branches, axis=1)]))
+    relus = [node for node in model.graph if node.op_type == "Relu"]
+    assert all(fused_into_conv(node) for node in relus)
+    cache = tmp_path / "costs.json"
+    plain, fused = OperatorCostModel(cache_file=cache), FusionAwareCostModel(cache_file=cache)
+    opsets = dict(model.graph.opset_imports)
+    relu_ms = sum(plain.node_cost(node, opsets) for node in relus)
+    assert fused.graph_cost(model) == pytest.approx(plain.graph_cost(model) - relu_ms)
+    merge = rules.create("merge_parallel_conv")
+    merged = merge.apply(model, merge.locations(model)[0])  # Conv -> Split -> Relu: ORT cannot fuse any more
+    assert not any(fused_into_conv(node) for node in merged.graph if node.op_type == "Relu")
+    assert fused.graph_cost(merged) > fused.graph_cost(model) - 1e-9 or plain.graph_cost(merged) < plain.graph_cost(
+        model
+    )
