@@ -2,7 +2,7 @@
 the model-free PPO agent and the world-model agent on the same graphs, in one process.
 
     python benchmarks/graph_rewriting.py [--quick] [--models inception_v3,...] [--agents greedy,taso,ppo,world-model]
-                                         [--steps 50] [--time-limit 120] [--train-episodes 20]
+                                         [--steps 50] [--time-limit 300] [--train-episodes N]
                                          [--temperatures 0.5,1.0,1.5,2.0] [--sweep-model squeezenet1_1]
 
 Per model and agent: the ONNX Runtime latency (ORT_ENABLE_ALL) of the original graph (= ONNX Runtime's
@@ -33,8 +33,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--models", default="inception_v3,resnet18,resnet50,squeezenet1_1,bert")
     parser.add_argument("--agents", default="greedy,taso,ppo,world-model")
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--time-limit", type=float, default=120.0)
-    parser.add_argument("--train-episodes", type=int, default=20)
+    parser.add_argument("--time-limit", type=float, default=300.0)
+    parser.add_argument("--train-episodes", type=int, default=None, help="default: each agent's own")
     parser.add_argument("--temperatures", default="0.5,1.0,1.5,2.0")
     parser.add_argument("--sweep-model", default="squeezenet1_1")
     parser.add_argument("--quick", action="store_true")

@@ -354,14 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument(
         "--train-episodes",
         type=int,
-        default=20,
-        help="ppo: training episodes; world-model: random-agent episodes (default 20)",
+        default=None,
+        help="ppo: training episodes (default 200); world-model: random-agent episodes (default 100); "
+        "both stop at --time-limit too",
     )
     graph.add_argument("--temperature", type=float, default=1.0, help="world-model: sampling temperature tau")
     graph.add_argument("--checkpoint", type=Path, default=None, help="ppo: save the trained policy here")
     graph.add_argument("--load", type=Path, default=None, help="ppo: apply this trained policy, no training")
     graph.add_argument("-o", "--output", type=Path, default=None, help="write the optimised graph here (.onnx)")
-    graph.add_argument("--steps", type=int, default=100, help="graphs expanded at most (default 100)")
+    graph.add_argument(
+        "--steps", type=int, default=100, help="graphs expanded; ppo, world-model: rewrites per episode (default 100)"
+    )
     graph.add_argument("--time-limit", type=float, default=300.0, help="search seconds at most (default 300)")
     graph.add_argument("--alpha", type=float, default=1.05, help="taso: queue graphs costing < alpha x best")
     graph.add_argument(

@@ -41,13 +41,13 @@ class GraphRequest:
     rule_ids: Sequence[str] | None = None
     seed: int = 0
     timing: MeasureConfig = DEFAULT
-    train_episodes: int = 20
+    train_episodes: int | None = None  # None: the agent's own default
     temperature: float = 1.0
     checkpoint: Path | None = None
     load: Path | None = None
 
     def validate(self) -> None:
-        if self.max_steps < 1 or self.time_limit_s <= 0 or self.train_episodes < 1:
+        if self.max_steps < 1 or self.time_limit_s <= 0 or (self.train_episodes or 1) < 1:
             raise RlcompileError("empty budget: --steps, --time-limit and --train-episodes must be positive")
         search.search_class(self.agent)
         if self.load is not None and not Path(self.load).is_file():
@@ -152,14 +152,19 @@ def agent_options(request: GraphRequest) -> dict:
     if request.agent == "ppo":
         from rlcompile.graph.agents.ppo import PPOConfig
 
-        config = PPOConfig(train_episodes=request.train_episodes)
+        config = PPOConfig(**episodes_option("train_episodes", request))
         return {"config": config, "seed": request.seed, "checkpoint": request.checkpoint, "load": request.load}
     if request.agent == "world-model":
         from rlcompile.graph.agents.world_model import WorldModelConfig
 
-        return {"config": WorldModelConfig(random_episodes=request.train_episodes, temperature=request.temperature),
-                "seed": request.seed}  # fmt: skip
+        config = WorldModelConfig(temperature=request.temperature, **episodes_option("random_episodes", request))
+        return {"config": config, "seed": request.seed}
     return {}
+
+
+def episodes_option(name: str, request: GraphRequest) -> dict:
+    """``{name: --train-episodes}`` when the user gave it, else nothing (the agent's default)."""
+    return {} if request.train_episodes is None else {name: request.train_episodes}
 
 
 def search_rules(request: GraphRequest) -> list[rules.Rule]:

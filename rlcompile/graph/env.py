@@ -7,6 +7,9 @@ Observation (a dict):
   between operators with its shape (last four dims, zero-padded) as features.
 - ``rule_mask``: which rules apply now; the last entry is NO-OP, always allowed.
 - ``location_mask``: for each rule, which of its ``max_locations`` slots hold a location.
+- ``location_nodes``: for each rule and slot, the node rows (as in ``graph``) of the location's first
+  :data:`LOCATION_NODES` nodes, -1 where there are fewer: what lets a policy score a location by the
+  operators it rewrites instead of by its slot number.
 
 Action: ``(rule index, location index)``; rule index ``len(rules)`` is NO-OP and ends the episode.
 Reward: ``(previous cost - new cost) / initial cost`` (X-RLflow's form, without its x100). Episodes are
@@ -35,6 +38,7 @@ OP_TYPES = (
     "Erf", "LayerNormalization", "Gather", "Sigmoid", "Tanh", "Identity",
 )  # fmt: skip
 EDGE_DIMS = 4
+LOCATION_NODES = 4
 
 
 def node_features(model: ir.Model, cost_model: CostModel) -> tuple[np.ndarray, list[ir.Node]]:
@@ -89,6 +93,8 @@ class GraphEnv(gym.Env):
             ),
             "rule_mask": spaces.MultiBinary(len(self.rules) + 1),
             "location_mask": spaces.MultiBinary((len(self.rules), max_locations)),
+            "location_nodes": spaces.Box(-1, np.iinfo(np.int32).max, (len(self.rules), max_locations, LOCATION_NODES),
+                                         np.int64),
         })  # fmt: skip
         self.initial_cost = cost_model.graph_cost(model)
         self.model = model
@@ -125,13 +131,19 @@ class GraphEnv(gym.Env):
         features, nodes = node_features(self.model, self.cost_model)
         edges, links = edge_features(nodes)
         location_mask = np.zeros((len(self.rules), self.max_locations), dtype=np.int8)
-        for row, found in enumerate(self.locations):
-            location_mask[row, : len(found)] = 1
+        location_nodes = np.full((len(self.rules), self.max_locations, LOCATION_NODES), -1, dtype=np.int64)
+        row_of = {node.name: row for row, node in enumerate(nodes)}
+        for rule, found in enumerate(self.locations):
+            location_mask[rule, : len(found)] = 1
+            for slot, location in enumerate(found):
+                rows = [row_of[name] for name in location.nodes if name in row_of][:LOCATION_NODES]
+                location_nodes[rule, slot, : len(rows)] = rows
         rule_mask = np.append(location_mask.any(axis=1), True).astype(np.int8)
         return {
             "graph": spaces.GraphInstance(nodes=features, edges=edges, edge_links=links),
             "rule_mask": rule_mask,
             "location_mask": location_mask,
+            "location_nodes": location_nodes,
         }
 
     def _info(self, rewrite: str | None = None) -> dict:

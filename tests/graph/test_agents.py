@@ -40,6 +40,19 @@ def test_policy_only_picks_allowed_actions(env):
         assert (rule, 0 if rule == env.no_op else location) in allowed and log_prob <= 0
 
 
+def test_location_scores_do_not_depend_on_the_other_graphs_in_the_batch(env):
+    first, _ = env.reset()
+    rule, location = env.valid_actions()[0]
+    second, _, _, _, _ = env.step((rule, location))
+    policy = HierarchicalPolicy.for_graphs(first["graph"].nodes.shape[1], len(env.rules))
+    rules_taken = torch.tensor([rule, rule])
+    alone = [
+        policy.distributions(Batch.from_data_list([to_data(o)]), rules_taken[:1])[1].logits[0] for o in (first, second)
+    ]
+    together = policy.distributions(Batch.from_data_list([to_data(first), to_data(second)]), rules_taken)[1].logits
+    assert torch.allclose(together, torch.stack(alone), atol=1e-5)
+
+
 def test_advantages_stop_at_episode_ends():
     steps = [Step(None, 0, 0, 0.0, 0.0, 1.0, False), Step(None, 0, 0, 0.0, 0.0, 1.0, True)]
     gains, returns = advantages(steps, last_value=100.0, config=PPOConfig(gamma=0.5, gae_lambda=1.0))
@@ -70,6 +83,28 @@ def test_world_model_learns_and_its_controller_acts_in_the_real_environment(env)
     assert set(extra["prediction_error"]) == {"reward_mae", "latent_rmse", "latent_nll"}
     assert result.final_cost_ms <= result.initial_cost_ms
     assert result.final_cost_ms == pytest.approx(env.cost_model.graph_cost(result.model))
+
+
+def test_world_model_reward_head_tells_good_rewrites_from_bad(env):
+    """The reward prediction must depend on the action, not settle on the mean reward."""
+    import numpy as np
+
+    from rlcompile.graph.agents.world_model import MDNRNN, WorldModelConfig, random_rollouts, train_world_model
+
+    observation, _ = env.reset()
+    torch.manual_seed(0)
+    encoder = GraphEncoder(observation["graph"].nodes.shape[1], hidden=16).eval()
+    rollouts = random_rollouts(env, encoder, 30, np.random.default_rng(0))
+    config = WorldModelConfig(model_epochs=25, hidden=64)
+    world = MDNRNN(encoder.output_size, len(env.rules) + 1 + env.max_locations, len(env.rules) + 1, 64, 8)
+    train_world_model(world, rollouts, config, torch.Generator().manual_seed(0))
+    actual, predicted = [], []
+    with torch.no_grad():
+        for rollout in rollouts:
+            inputs = torch.cat([torch.stack(rollout.latents[:-1]), torch.stack(rollout.actions)], dim=1)
+            actual += rollout.rewards
+            predicted += (world(inputs.unsqueeze(0))[1][0][0] / config.controller.reward_scale).tolist()
+    assert np.std(actual) > 0 and np.corrcoef(actual, predicted)[0, 1] > 0.8
 
 
 def test_mixture_sampling_sharpens_with_low_temperature():

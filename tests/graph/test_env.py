@@ -32,6 +32,16 @@ def test_observation_matches_the_graph_and_the_space(env):
     assert isinstance(env.action_space, spaces.MultiDiscrete)
 
 
+def test_location_nodes_point_at_the_nodes_each_location_rewrites(env):
+    observation, _ = env.reset(seed=0)
+    nodes = [node for node in env.model.graph if node.op_type != "Constant"]
+    for rule, found in enumerate(env.locations):
+        for slot, location in enumerate(found):
+            rows = [row for row in observation["location_nodes"][rule, slot] if row >= 0]
+            assert [nodes[row].name for row in rows] == list(location.nodes[: len(rows)]) and rows
+        assert (observation["location_nodes"][rule, len(found) :] == -1).all()
+
+
 def test_rewards_sum_to_the_relative_cost_drop(env):
     env.reset(seed=0)
     total = 0.0

@@ -29,6 +29,7 @@ def to_data(observation: dict) -> Data:
         edge_attr=edges.reshape(-1, graph.edges.shape[1] if graph.edges.ndim == 2 else 4),
         rule_mask=torch.as_tensor(observation["rule_mask"], dtype=torch.bool).unsqueeze(0),
         location_mask=torch.as_tensor(observation["location_mask"], dtype=torch.bool).unsqueeze(0),
+        location_nodes=torch.as_tensor(observation["location_nodes"], dtype=torch.long).unsqueeze(0),
     )
 
 
@@ -42,6 +43,7 @@ class GraphEncoder(nn.Module):
             )
             for _ in range(layers)
         )
+        self.node_size = hidden
         self.output_size = 2 * hidden
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

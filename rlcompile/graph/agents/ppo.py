@@ -35,8 +35,8 @@ MASKED = -1e9
 
 @dataclass
 class PPOConfig:
-    train_episodes: int = 20
-    episode_steps: int = 20
+    train_episodes: int = 200
+    episode_steps: int = 50  # capped by the budget's max_steps
     steps_per_update: int = 32
     epochs: int = 4
     minibatch: int = 16
@@ -44,7 +44,7 @@ class PPOConfig:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     clip: float = 0.2
-    entropy: float = 0.01
+    entropy: float = 0.05  # 0.01 collapsed onto NO-OP within ~100 episodes on squeezenet1_1
     value_coefficient: float = 0.5
     hidden: int = 64
     reward_scale: float = 100.0  # X-RLflow's x100: rewards are fractions of the initial cost
@@ -55,32 +55,52 @@ def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
 
 
 class HierarchicalPolicy(nn.Module):
-    """Rule first (masked), then a location for that rule (masked); a shared GNN trunk and a value head."""
+    """Rule first (masked), then a location for that rule (masked); a shared GNN trunk and a value head.
+
+    A location's logit has two parts: a head over the slot number (all a latent-only encoder allows)
+    and, when the encoder gives node embeddings, a pointer head that scores the location by the mean
+    embedding of the nodes it rewrites, so the same merge scores alike wherever it sits in the list.
+    """
 
     def __init__(self, encoder: nn.Module, rules: int, hidden: int = 64, locations: int = MAX_LOCATIONS) -> None:
-        """``encoder(batch)`` returns (anything, embeddings [batch, encoder.output_size])."""
+        """``encoder(batch)`` returns (node embeddings or None, graph embeddings [batch, encoder.output_size])."""
         super().__init__()
         self.rules = rules
         self.encoder = encoder
         size = self.encoder.output_size
         self.rule_head = mlp(size, hidden, rules + 1)
         self.location_head = mlp(size + rules + 1, hidden, locations)
+        node_size = getattr(encoder, "node_size", None)
+        self.pointer_head = mlp(node_size + size + rules + 1, hidden, 1) if node_size else None
         self.value_head = mlp(size, hidden, 1)
 
     def distributions(self, batch: Batch, rules: torch.Tensor | None = None):
         """(rule distribution, location distribution given ``rules``, value, the rules used)."""
-        _, embedding = self.encoder(batch)
+        nodes, embedding = self.encoder(batch)
         rule_logits = self.rule_head(embedding).masked_fill(~batch.rule_mask, MASKED)
         rule_distribution = torch.distributions.Categorical(logits=rule_logits)
         if rules is None:
             rules = rule_distribution.sample()
-        one_hot = nn.functional.one_hot(rules, self.rules + 1).float()
-        location_logits = self.location_head(torch.cat([embedding, one_hot], dim=1))
+        context = torch.cat([embedding, nn.functional.one_hot(rules, self.rules + 1).float()], dim=1)
+        location_logits = self.location_head(context)
+        if self.pointer_head is not None and nodes is not None:
+            location_logits = location_logits + self.pointer_logits(nodes, context, batch, rules)
         location_mask = self.location_mask(batch.location_mask, rules)
         location_distribution = torch.distributions.Categorical(
             logits=location_logits.masked_fill(~location_mask, MASKED)
         )
         return rule_distribution, location_distribution, self.value_head(embedding).squeeze(1), rules
+
+    def pointer_logits(self, nodes: torch.Tensor, context: torch.Tensor, batch: Batch,
+                       rules: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """[batch, locations]: the pointer head on each location's mean node embedding for its rule."""
+        rows = batch.location_nodes[torch.arange(len(rules)), rules.clamp(max=self.rules - 1)]
+        present = (rows >= 0).unsqueeze(-1).float()
+        offsets = batch.ptr[:-1].reshape(-1, 1, 1)
+        gathered = nodes[(rows.clamp(min=0) + offsets).reshape(-1)].reshape(*rows.shape, -1)
+        location_embedding = (gathered * present).sum(2) / present.sum(2).clamp(min=1)
+        expanded = context.unsqueeze(1).expand(-1, rows.shape[1], -1)
+        return self.pointer_head(torch.cat([location_embedding, expanded], dim=2)).squeeze(-1)
 
     @classmethod
     def for_graphs(cls, node_features: int, rules: int, hidden: int = 64, locations: int = MAX_LOCATIONS):
@@ -255,7 +275,7 @@ class PPOSearch(GraphSearch):
 
     def search(self, model: ir.Model, rules: Sequence[Rule], cost_model: CostModel,
                progress: ProgressCallback | None = None) -> SearchResult:  # fmt: skip
-        env = GraphEnv(model, rules, cost_model, max_steps=self.config.episode_steps)
+        env = GraphEnv(model, rules, cost_model, max_steps=min(self.config.episode_steps, self.budget.max_steps))
         if self.load is not None:
             policy, _, rule_ids = load_checkpoint(self.load)
             if rule_ids != [rule.id for rule in rules]:

@@ -40,15 +40,16 @@ from rlcompile.graph.search.base import GraphSearch, ProgressCallback, Rewrite, 
 
 @dataclass
 class WorldModelConfig:
-    random_episodes: int = 20
-    episode_steps: int = 10
+    random_episodes: int = 100
+    episode_steps: int = 20  # capped by the budget's max_steps
     mixtures: int = 8
     hidden: int = 256
     latent_hidden: int = 32  # GNN width; the latent is 2x this (mean and max pooling)
     model_epochs: int = 30
     model_learning_rate: float = 1e-3
     temperature: float = 1.0
-    dream_episodes: int = 200
+    dream_episodes: int = 2000
+    collect_share: float = 0.4  # of the time limit, for the random rollouts
     controller: PPOConfig = field(default_factory=lambda: PPOConfig(steps_per_update=64))
 
 
@@ -78,7 +79,8 @@ class MDNRNN(nn.Module):
         logits, means, log_sigmas = mixture
         target = target.unsqueeze(-2)
         log_normal = -0.5 * (((target - means) / log_sigmas.exp()) ** 2) - log_sigmas - 0.5 * math.log(2 * math.pi)
-        return -torch.logsumexp(torch.log_softmax(logits, -1) + log_normal.sum(-1), dim=-1).mean()
+        nll = -torch.logsumexp(torch.log_softmax(logits, -1) + log_normal.sum(-1), dim=-1).mean()
+        return nll / self.latent  # per latent dimension, so it does not drown the reward and done heads
 
     @staticmethod
     def sample(mixture, temperature: float, generator: torch.Generator) -> torch.Tensor:
@@ -108,10 +110,11 @@ class Rollout:
     step_seconds: list[float]
 
 
-def random_rollouts(env: GraphEnv, encoder: GraphEncoder, episodes: int, rng: np.random.Generator) -> list[Rollout]:
-    """A uniform random agent over the valid actions, on the real environment."""
+def random_rollouts(env: GraphEnv, encoder: GraphEncoder, episodes: int, rng: np.random.Generator,
+                    deadline: float = float("inf")) -> list[Rollout]:  # fmt: skip
+    """A uniform random agent over the valid actions, on the real environment, until ``deadline``."""
     rollouts = []
-    for _ in range(episodes):
+    while len(rollouts) < episodes and (len(rollouts) < 2 or time.perf_counter() < deadline):
         observation, _ = env.reset()
         rollout = Rollout([embed(encoder, observation)], [], [], [], [], [])
         for _ in range(env.max_steps):
@@ -245,7 +248,8 @@ def collate_latents(observations: list[SimpleNamespace]) -> SimpleNamespace:
     )
 
 
-def train_controller(dream: DreamEnv, config: WorldModelConfig, seed: int) -> tuple[HierarchicalPolicy, dict]:
+def train_controller(dream: DreamEnv, config: WorldModelConfig, seed: int,
+                     deadline: float = float("inf")) -> tuple[HierarchicalPolicy, dict]:  # fmt: skip
     torch.manual_seed(seed)
     ppo = config.controller
     size = dream.start.numel() + dream.model.lstm.hidden_size
@@ -255,7 +259,7 @@ def train_controller(dream: DreamEnv, config: WorldModelConfig, seed: int) -> tu
     observation = dream.reset()
     episodes = steps_taken = 0
     started = time.perf_counter()
-    while episodes < config.dream_episodes:
+    while episodes < config.dream_episodes and time.perf_counter() < deadline:
         steps = []
         for _ in range(ppo.steps_per_update):
             batch = collate_latents([observation])
@@ -321,11 +325,13 @@ class WorldModelSearch(GraphSearch):
         config = self.config
         torch.manual_seed(self.seed)
         generator = torch.Generator().manual_seed(self.seed)
-        env = GraphEnv(model, rules, cost_model, max_steps=config.episode_steps)
+        env = GraphEnv(model, rules, cost_model, max_steps=min(config.episode_steps, self.budget.max_steps))
         observation, _ = env.reset(seed=self.seed)
         encoder = GraphEncoder(observation["graph"].nodes.shape[1], hidden=config.latent_hidden).eval()
         started = time.perf_counter()
-        rollouts = random_rollouts(env, encoder, config.random_episodes, np.random.default_rng(self.seed))
+        deadline = started + self.budget.time_limit_s
+        rollouts = random_rollouts(env, encoder, config.random_episodes, np.random.default_rng(self.seed),
+                                   started + config.collect_share * self.budget.time_limit_s)  # fmt: skip
         collect_seconds = time.perf_counter() - started
         held_out = max(1, len(rollouts) // 5)
         training, evaluation = rollouts[held_out:] or rollouts, rollouts[:held_out]
@@ -338,7 +344,7 @@ class WorldModelSearch(GraphSearch):
         start_mask = torch.as_tensor(observation["location_mask"], dtype=torch.bool)
         dream = DreamEnv(world, embed(encoder, observation), start_mask, len(rules), env.max_locations, config,
                          generator)  # fmt: skip
-        controller, controller_stats = train_controller(dream, config, self.seed)
+        controller, controller_stats = train_controller(dream, config, self.seed, deadline)
         (best, cost, path), inference_seconds = apply_controller(controller, world, encoder, env)
         real_steps = [s for rollout in rollouts for s in rollout.step_seconds]
         extra = {
