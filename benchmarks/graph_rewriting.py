@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rlcompile.graph.experiments import plot, run_grid, table
+from rlcompile.graph.experiments import learning_table, plot, run_grid, table
 from rlcompile.measure import DEFAULT, QUICK, environment
 
 console = Console(width=170)
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         table(sweep, f"World-model agent on {args.sweep_model}, temperatures {args.temperatures} (rows in order)")
     )
+    console.print(learning_table(rows + sweep, "RL agents: training vs inference, world model vs real environment"))
     console.print(f"wrote {args.out / 'graph_rewriting.json'} and {args.out / 'graph_rewriting.png'}")
     return 0
 

@@ -83,6 +83,33 @@ def table(rows: list[dict], title: str) -> Table:
     return result
 
 
+def learning_table(rows: list[dict], title: str) -> Table:
+    """The RL rows' own numbers: training vs inference time, and the world model's speed and error."""
+    result = Table(title=title)
+    columns = ("model", "agent", "temperature", "training s", "inference s", "real env steps", "real step ms",
+               "dream steps", "dream step ms", "reward MAE", "latent RMSE", "est. after ms")  # fmt: skip
+    for column in columns:
+        result.add_column(column, justify="left" if column in ("model", "agent") else "right")
+
+    def cell(value, form: str = "{:.2f}") -> str:
+        return "-" if value is None else form.format(value)
+
+    for row in rows:
+        search = row["search"]
+        if row["agent"] not in ("ppo", "world-model"):
+            continue
+        error = search.get("prediction_error") or {}
+        training = search["search_seconds"] - search.get("inference_seconds", 0.0)
+        result.add_row(
+            row["model"], row["agent"], cell(search.get("temperature")), cell(training, "{:.1f}"),
+            cell(search.get("inference_seconds")), str(search.get("train_env_steps", search.get("real_env_steps", 0))),
+            cell(search.get("real_step_ms")), cell(search.get("dream_steps"), "{}"), cell(search.get("dream_step_ms")),
+            cell(error.get("reward_mae"), "{:.4f}"), cell(error.get("latent_rmse"), "{:.4f}"),
+            f"{search['final_cost_ms']:.2f}",
+        )  # fmt: skip
+    return result
+
+
 def plot(rows: list[dict], path: Path) -> None:
     """Ratio optimised/original per model and agent (bars), and estimate vs measurement (scatter)."""
     import matplotlib
