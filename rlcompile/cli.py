@@ -355,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-episodes",
         type=int,
         default=None,
-        help="ppo: training episodes (default 200); world-model: random-agent episodes (default 100); "
+        help="ppo: training episodes (default 500); world-model: random-agent episodes (default 100); "
         "both stop at --time-limit too",
     )
     graph.add_argument("--temperature", type=float, default=1.0, help="world-model: sampling temperature tau")

@@ -40,7 +40,7 @@ class GraphRequest:
     clean: bool = True
     rule_ids: Sequence[str] | None = None
     seed: int = 0
-    timing: MeasureConfig = DEFAULT
+    timing: MeasureConfig | None = DEFAULT  # None: leave the timing to the caller
     train_episodes: int | None = None  # None: the agent's own default
     temperature: float = 1.0
     checkpoint: Path | None = None
@@ -67,8 +67,8 @@ class GraphRun:
     result: SearchResult
     kept_rewrites: int
     agreement: Agreement
-    original_ms: LatencyStats
-    optimized_ms: LatencyStats
+    original_ms: LatencyStats | None
+    optimized_ms: LatencyStats | None
     proto: onnx.ModelProto = field(repr=False)
     nodes_before: int = 0
     nodes_after: int = 0
@@ -80,6 +80,7 @@ class GraphRun:
         return self.original_ms.median_ms / self.optimized_ms.median_ms
 
     def to_dict(self) -> dict:
+        original, optimized = (None if s is None else s.median_ms for s in (self.original_ms, self.optimized_ms))
         return {
             "model": self.model_name,
             "agent": self.agent,
@@ -87,9 +88,9 @@ class GraphRun:
             "search": self.result.summary(),
             "kept_rewrites": self.kept_rewrites,
             "agreement": self.agreement.to_dict(),
-            "ort_original_ms": self.original_ms.median_ms,
-            "ort_optimized_ms": self.optimized_ms.median_ms,
-            "ratio_optimized_over_original": self.optimized_ms.median_ms / self.original_ms.median_ms,
+            "ort_original_ms": original,
+            "ort_optimized_ms": optimized,
+            "ratio_optimized_over_original": None if original is None else optimized / original,
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
             "operators_timed": self.operators_timed,
@@ -127,8 +128,10 @@ def optimize_graph(
     if kept < len(result.rewrites):
         progress(f"rewrite {kept + 1} broke agreement; keeping the first {kept}")
     proto = onnx_graph.to_proto(final)
-    progress("timing original and optimised graphs side by side")
-    original_ms, optimized_ms = time_side_by_side([model.proto, proto], feeds, request.timing)
+    original_ms = optimized_ms = None
+    if request.timing is not None:
+        progress("timing original and optimised graphs side by side")
+        original_ms, optimized_ms = time_side_by_side([model.proto, proto], feeds, request.timing)
     return GraphRun(
         model.name,
         request.agent,

@@ -11,7 +11,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile.graph.api import GraphRequest, optimize_graph
+from rlcompile.graph.api import GraphRequest, optimize_graph, time_side_by_side
+from rlcompile.measure import DEFAULT
 from rlcompile.models import load_model
 
 
@@ -40,24 +41,32 @@ def cost_model_accuracy(rows: list[dict]) -> dict:
     }
 
 
-def run_grid(models: Sequence[str], agents: Sequence[str], console: Console, **request_options) -> list[dict]:
-    """Every model with every agent (same request options), each verified and timed against the original."""
+def run_grid(models: Sequence[str], agents: Sequence[str], console: Console, rounds: int = 5,
+             **request_options) -> list[dict]:  # fmt: skip
+    """Every model with every agent (same request options), each verified; then, per model, the original
+    and every agent's graph timed round-robin ``rounds`` times, so all ratios share one measurement of
+    the original and the machine's slow spells fall on every graph alike."""
+    timing = request_options.pop("timing", DEFAULT)
     rows = []
     for model_name in models:
         model = load_model(model_name)
+        runs = []
         for agent in agents:
-            request = GraphRequest(agent=agent, **request_options)
+            request = GraphRequest(agent=agent, timing=None, **request_options)
             prefix = f"{model_name} {agent}"
-            run = optimize_graph(
+            runs.append(optimize_graph(
                 model, request, progress=lambda message, prefix=prefix: console.log(f"{prefix}: {message}")
-            )
-            row = run.to_dict() | {
-                "rules_applied": dict(Counter(r["rule"] for r in run.to_dict()["search"]["rewrites"]))
-            }
-            rows.append(row)
+            ))  # fmt: skip
+        console.log(f"{model_name}: timing the original and {len(runs)} graphs round-robin, {rounds} rounds")
+        feeds = model.random_inputs(request_options.get("seed", 0))
+        original, *optimized = time_side_by_side([model.proto, *(run.proto for run in runs)], feeds, timing, rounds)
+        for run, latency in zip(runs, optimized, strict=True):
+            run.original_ms, run.optimized_ms = original, latency
+            row = run.to_dict()
+            rows.append(row | {"rules_applied": dict(Counter(r["rule"] for r in row["search"]["rewrites"]))})
             search = row["search"]
             console.log(
-                f"{prefix}: est {search['initial_cost_ms']:.2f} -> {search['final_cost_ms']:.2f} ms, "
+                f"{model_name} {run.agent}: est {search['initial_cost_ms']:.2f} -> {search['final_cost_ms']:.2f} ms, "
                 f"ORT {row['ort_original_ms']:.2f} -> {row['ort_optimized_ms']:.2f} ms "
                 f"({row['ratio_optimized_over_original']:.3f}x), search {search['search_seconds']:.1f} s"
             )  # fmt: skip
