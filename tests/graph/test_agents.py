@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 import torch
 from torch_geometric.data import Batch
@@ -10,7 +12,7 @@ from rlcompile.errors import RlcompileError
 from rlcompile.graph import onnx_graph, rules
 from rlcompile.graph.agents.gnn import GraphEncoder, to_data
 from rlcompile.graph.agents.ppo import HierarchicalPolicy, PPOConfig, PPOSearch, Step, advantages
-from rlcompile.graph.cost import OperatorCostModel
+from rlcompile.graph.cost import CostModel, OperatorCostModel
 from rlcompile.graph.env import GraphEnv
 from tests.graph.test_search import inception_block
 
@@ -85,12 +87,23 @@ def test_world_model_learns_and_its_controller_acts_in_the_real_environment(env)
     assert result.final_cost_ms == pytest.approx(env.cost_model.graph_cost(result.model))
 
 
+class WeightedOperatorCount(CostModel):
+    """A deterministic cost (weights per op type), so the rewards are the same on every machine."""
+
+    name = "weighted-count"
+    WEIGHTS: ClassVar[dict[str, float]] = {"Conv": 1.0, "Relu": 0.2, "Split": 0.3, "Concat": 0.3}
+
+    def graph_cost(self, model) -> float:
+        return sum(self.WEIGHTS.get(node.op_type, 0.1) for node in model.graph if node.op_type != "Constant")
+
+
 def test_world_model_reward_head_tells_good_rewrites_from_bad(env):
     """The reward prediction must depend on the action, not settle on the mean reward."""
     import numpy as np
 
     from rlcompile.graph.agents.world_model import MDNRNN, WorldModelConfig, random_rollouts, train_world_model
 
+    env = GraphEnv(env.initial_model, env.rules, WeightedOperatorCount(), max_steps=5)
     observation, _ = env.reset()
     torch.manual_seed(0)
     encoder = GraphEncoder(observation["graph"].nodes.shape[1], hidden=16).eval()
