@@ -1,0 +1,35 @@
+"""ONNX Runtime: one ``InferenceSession`` per segment, ORT_ENABLE_ALL, idle threads that do not spin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+from rlcompile.backends.ort import create_session, session_options
+from rlcompile.layer.libraries.base import Library, Runner
+
+
+def quiet_session_options(threads: int):
+    """ORT_ENABLE_ALL with ``threads`` intra-op threads that sleep, rather than spin, between runs."""
+    options = session_options("all", threads)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+class OrtRunner(Runner):
+    def __init__(self, session) -> None:
+        self.session = session
+        self.names = [value.name for value in session.get_inputs()]
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(None, dict(zip(self.names, inputs, strict=True)))
+
+
+class OrtLibrary(Library):
+    name = "ort"
+
+    def compile(self, segment: onnx.ModelProto, threads: int) -> Runner:
+        options = quiet_session_options(threads)
+        return OrtRunner(create_session(segment.SerializeToString(), options, segment.graph.name or "segment"))

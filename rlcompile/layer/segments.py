@@ -1,0 +1,143 @@
+"""Segments: maximal runs of consecutive fusion groups that one library runs, compiled as one unit.
+
+A plan gives each fusion group a library. Cutting the groups (in their topological order) wherever
+the library changes yields segments; each is extracted as its own ONNX model (its nodes, the constant
+nodes and initializers they read, its boundary activations as inputs and outputs) and compiled whole
+by its library, so ONNX Runtime's fusions and NCHWc chains, OpenVINO's graph compiler and oneDNN's
+fused convolutions all apply inside a segment. Values cross a boundary once, as numpy arrays. The
+all-ONNX-Runtime plan is one segment: the model itself, run natively.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx.utils
+
+from rlcompile.layer import libraries
+from rlcompile.layer.groups import FusionGroup
+
+
+@dataclass
+class Segment:
+    library: str
+    groups: list[int]
+    inputs: list[str]
+    outputs: list[str]
+    proto: onnx.ModelProto | None = field(default=None, repr=False)
+
+
+def cut_segments(groups: Sequence[FusionGroup], assignment: Sequence[str], model_outputs: Sequence[str]) -> list[Segment]:
+    """Consecutive groups with the same library, with the activations each segment reads and writes."""
+    if len(assignment) != len(groups):
+        raise ValueError(f"plan has {len(assignment)} choices for {len(groups)} groups")
+    runs: list[list[int]] = []
+    for index, library in enumerate(assignment):
+        if runs and assignment[runs[-1][-1]] == library:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    readers: dict[str, set[int]] = {}
+    for index, group in enumerate(groups):
+        for name in group.inputs:
+            readers.setdefault(name, set()).add(index)
+    segments = []
+    for run in runs:
+        members = set(run)
+        produced = {name for index in run for name in groups[index].outputs}
+        inputs = list(dict.fromkeys(name for index in run for name in groups[index].inputs if name not in produced))
+        outputs = [name for index in run for name in groups[index].outputs
+                   if name in model_outputs or readers.get(name, set()) - members]  # fmt: skip
+        segments.append(Segment(assignment[run[0]], run, inputs, outputs))
+    return segments
+
+
+def boundary_values(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict:
+    """The values of ``names`` (activations inside the model) for ``feeds``, from one ONNX Runtime run."""
+    from rlcompile.backends.ort import run_proto
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {value.name for value in probe.graph.output}
+    wanted = [name for name in names if name not in known]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=name) for name in wanted)
+    outputs = [value.name for value in probe.graph.output]
+    return dict(zip(outputs, run_proto(probe, feeds), strict=True))
+
+
+def value_info(name: str, array: np.ndarray) -> onnx.ValueInfoProto:
+    element = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+    return onnx.helper.make_tensor_value_info(name, element, list(array.shape))
+
+
+class SegmentExtractor:
+    """Extracts segments of one model; boundary values get their types from ``examples`` (name -> array)."""
+
+    def __init__(self, model: onnx.ModelProto, examples: Mapping[str, np.ndarray]) -> None:
+        typed = onnx.ModelProto()
+        typed.CopyFrom(model)
+        known = {value.name for value in [*typed.graph.value_info, *typed.graph.input, *typed.graph.output]}
+        typed.graph.value_info.extend(value_info(name, np.asarray(array)) for name, array in examples.items()
+                                      if name not in known)  # fmt: skip
+        self.extractor = onnx.utils.Extractor(typed)
+        self.opset_import = list(model.opset_import)
+        self.ir_version = model.ir_version
+
+    def extract(self, segment: Segment, name: str) -> onnx.ModelProto:
+        proto = self.extractor.extract_model(segment.inputs, segment.outputs)
+        proto.graph.name = name
+        proto.ir_version = self.ir_version
+        del proto.opset_import[:]
+        proto.opset_import.extend(self.opset_import)
+        return proto
+
+
+def attach_protos(model: onnx.ModelProto, segments: Sequence[Segment], examples: Mapping[str, np.ndarray],
+                  stem: str = "segment") -> None:  # fmt: skip
+    """Give every segment its ONNX model (``examples``: :func:`boundary_values` of the model)."""
+    extractor = SegmentExtractor(model, examples)
+    for index, segment in enumerate(segments):
+        segment.proto = extractor.extract(segment, f"{stem}{index:02d}_{segment.library}")
+
+
+@dataclass
+class CompiledSegment:
+    segment: Segment
+    runner: libraries.Runner
+    compile_seconds: float
+
+
+class SegmentEngine:
+    """Runs compiled segments in order, passing boundary activations between them as numpy arrays."""
+
+    def __init__(self, compiled: Sequence[CompiledSegment], inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        self.compiled = list(compiled)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+
+    @classmethod
+    def compile(cls, segments: Sequence[Segment], inputs: Sequence[str], outputs: Sequence[str], threads: int,
+                created: Mapping[str, libraries.Library] | None = None) -> SegmentEngine:  # fmt: skip
+        """Compile every segment with its library (``created`` maps names to configured libraries)."""
+        compiled = []
+        for segment in segments:
+            library = (created or {}).get(segment.library) or libraries.create(segment.library)
+            started = time.perf_counter()
+            runner = library.compile(segment.proto, threads)
+            compiled.append(CompiledSegment(segment, runner, time.perf_counter() - started))
+        return cls(compiled, inputs, outputs)
+
+    @property
+    def libraries(self) -> list[str]:
+        return [item.segment.library for item in self.compiled]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        values = {name: np.asarray(feeds[name]) for name in self.inputs}
+        for item in self.compiled:
+            results = item.runner([values[name] for name in item.segment.inputs])
+            values.update(zip(item.segment.outputs, results, strict=True))
+        return [np.asarray(values[name]) for name in self.outputs]
