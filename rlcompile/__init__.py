@@ -7,3 +7,17 @@ pieces live beside them: ``models`` (zoo and user models), ``backends`` (ONNX Ru
 """
 
 __version__ = "0.1.0"
+
+from rlcompile.threads import quiet_idle_threads
+
+quiet_idle_threads()
+
+
+def load(path):
+    """A saved result, ready to run: ``rlcompile.load("r18.plan").run({"input": x})`` -> list of outputs.
+
+    Accepts a plan directory from ``rlcompile select``.
+    """
+    from rlcompile.layer.plan import load_plan
+
+    return load_plan(path)

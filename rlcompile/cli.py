@@ -119,9 +119,12 @@ def command_run(args: argparse.Namespace) -> int:
     """Measure one backend on one model (or a built artefact) and print its median latency."""
     from rlcompile.compare import compare_backends
     from rlcompile.kernel.artifact import is_artifact
+    from rlcompile.layer.plan import is_plan_dir
 
     if is_artifact(args.model):
         return run_artifact(args)
+    if is_plan_dir(args.model):
+        return run_plan(args)
     model = load(args)
     backend = make_backend(args.backend, args)
     comparison = compare_backends(model, [backend], measure_config(args), args.seed, note)
@@ -158,6 +161,41 @@ def run_artifact(args: argparse.Namespace) -> int:
     )
     write_json(args.json, {"artifact": str(args.model), "metadata": meta, "latency": latency.to_dict(),
                            "agreement": agreement.to_dict()})  # fmt: skip
+    return 0 if agreement.within() else 1
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Run a plan directory from ``rlcompile select``: check it, then time it beside ONNX Runtime native."""
+    from rlcompile.layer.plan import load_plan, reference_model
+    from rlcompile.measure import measure_alternating
+    from rlcompile.verify import compare_outputs
+
+    note(f"loading and compiling {args.model}")
+    plan = load_plan(Path(args.model))
+    feeds = plan.reference_inputs
+    agreement = compare_outputs(plan.reference_outputs, plan.run(feeds))
+    verdict = "agrees with" if agreement.within() else "DISAGREES with"
+    timers, names = [lambda: plan.run(feeds)], ["plan"]
+    original = reference_model(plan)
+    if original is not None:
+        from rlcompile.backends.ort import OrtBackend
+
+        timers.append(OrtBackend("all", threads=plan.manifest["threads"]).prepare(original).timer(feeds))
+        names.append("ort native")
+    note(f"timing {' and '.join(names)} alternately")
+    stats = dict(zip(names, measure_alternating(timers, measure_config(args)), strict=True))
+    mix = " -> ".join(plan.libraries)
+    line = (f"{plan.manifest['model']} ({args.model}, {len(plan.libraries)} segment(s): {mix}, "
+            f"{plan.manifest['threads']} threads): median {stats['plan'].median_ms:.3f} ms "
+            f"(p90 {stats['plan'].p90_ms:.3f} ms)")  # fmt: skip
+    if "ort native" in stats:
+        native = stats["ort native"].median_ms
+        line += f"; ONNX Runtime native {native:.3f} ms; plan/ORT {stats['plan'].median_ms / native:.3f}x"
+    else:
+        line += "; the original model is not at hand, so ONNX Runtime native was not timed"
+    stdout.print(f"{line}; {verdict} ONNX Runtime (max rel err {agreement.max_rel:.1e})", highlight=False)
+    write_json(args.json, {"plan": str(args.model), "latency": {k: v.to_dict() for k, v in stats.items()},
+                           "agreement": agreement.to_dict(), "manifest": plan.manifest})  # fmt: skip
     return 0 if agreement.within() else 1
 
 
@@ -258,21 +296,59 @@ def command_graph(args: argparse.Namespace) -> int:
 
 
 def command_select(args: argparse.Namespace) -> int:
-    """Choose a primitive per layer from the lookup table (profiled on first use), run and time the plan."""
-    from rlcompile.layer import solvers
-    from rlcompile.layer.api import select, write_plan
-    from rlcompile.report.tables import plan_summary, plan_table
+    """Choose a library per fusion group (or a primitive per operator with --per-operator), run and time it."""
+    from rlcompile.layer import libraries, solvers
 
     options = {"episodes": args.episodes} if args.episodes and args.agent in ("qlearning", "random") else {}
     if args.episodes is not None and args.episodes < 1:
         raise RlcompileError("empty budget: --episodes must be positive")
+    if args.threads is not None and args.threads < 1:
+        raise RlcompileError("--threads must be positive")
     solvers.create(args.agent, **options)
+    if args.per_operator:
+        return select_per_operator(args, options)
+    if args.tuning_db is not None and not args.tuning_db.is_dir():
+        raise RlcompileError(f"--tuning-db {args.tuning_db} is not a tuning work directory")
+    names = libraries.parse(args.libraries, args.tuning_db)
+    return select_segments_command(args, names, options)
+
+
+def select_segments_command(args: argparse.Namespace, names: list[str], options: dict) -> int:
+    from rlcompile.layer.plan import save_plan
+    from rlcompile.layer.selection import select_segments
+    from rlcompile.measure import host_cores
+    from rlcompile.report.tables import candidates_table, groups_table
+
     model = load(args)
-    run = select(model, args.agent, args.seed, args.table_dir, measure_config(args), log, args.threads, **options)
+    threads = args.threads or host_cores()
+    selection = select_segments(model, args.agent, args.seed, threads, names, args.tuning_db, args.table_dir,
+                                measure_config(args), log, **options)  # fmt: skip
+    stdout.print(groups_table(selection))
+    stdout.print(candidates_table(selection))
+    chosen = selection.chosen
+    summary = (f"chosen: {', '.join(chosen.labels)}: {chosen.segments} segment(s), measured "
+               f"{chosen.measured.median_ms:.3f} ms, table predicted {chosen.predicted_ms:.3f} ms; "
+               f"outputs agree with ONNX Runtime (max rel err {chosen.agreement.max_rel:.1e})")  # fmt: skip
+    stdout.print(summary, highlight=False)
+    output = args.output or Path(f"{model.name}.plan")
+    save_plan(selection, output, args.tuning_db)
+    stdout.print(f"wrote {output}/ (run it with: rlcompile run {output})", highlight=False)
+    write_json(args.json, selection.to_dict())
+    return 0
+
+
+def select_per_operator(args: argparse.Namespace, options: dict) -> int:
+    """The seed's setting: a primitive per ONNX operator, run layer by layer from Python."""
+    from rlcompile.layer.api import select, write_plan
+    from rlcompile.report.tables import plan_summary, plan_table
+
+    model = load(args)
+    output = args.output or Path("plan.json")
+    run = select(model, args.agent, args.seed, args.table_dir, measure_config(args), log, args.threads or 1, **options)
     stdout.print(plan_table(run))
     stdout.print(plan_summary(run))
-    write_plan(run, args.output)
-    stdout.print(f"wrote {args.output}")
+    write_plan(run, output)
+    stdout.print(f"wrote {output}")
     write_json(args.json, run.to_dict())
     return 0 if run.agreement.within() else 1
 
@@ -379,12 +455,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_measure_arguments(graph)
     graph.set_defaults(handler=command_graph)
 
-    select = commands.add_parser("select", help="choose a library primitive per layer (layer level, QS-DNN)")
+    select = commands.add_parser("select", help="choose the library that runs each layer (layer level, QS-DNN)")
     add_model_arguments(select)
     select.add_argument("--agent", default="qlearning", help="qlearning, random, greedy, single or exact")
     select.add_argument("--episodes", type=int, default=None, help="qlearning / random: episodes (default 20/layer)")
-    select.add_argument("--threads", type=int, default=1, help="threads per library (default 1, as the seed)")
-    select.add_argument("-o", "--output", type=Path, default=Path("plan.json"), help="where the plan goes")
+    select.add_argument("--threads", type=int, default=None, help="threads per library (default: all cores; "
+                        "1 with --per-operator, as the seed)")  # fmt: skip
+    select.add_argument("--libraries", default=None, help="comma-separated, from ort, openvino, torch, tvm "
+                        "(default ort,openvino,torch; + tvm with --tuning-db)")  # fmt: skip
+    select.add_argument("--tuning-db", type=Path, default=None, help="a `rlcompile tune` work directory: TVM "
+                        "segments use its tuned records")  # fmt: skip
+    select.add_argument("--per-operator", action="store_true", help="the seed's setting: a primitive per ONNX "
+                        "operator, run layer by layer (writes plan.json)")  # fmt: skip
+    select.add_argument("-o", "--output", type=Path, default=None, help="where the plan goes (default MODEL.plan/)")
     select.add_argument("--table-dir", type=Path, default=None, help="where lookup tables are kept (default: next "
                         "to the model)")  # fmt: skip
     add_measure_arguments(select)

@@ -26,6 +26,7 @@ RECORDED_PACKAGES = (
     "apache-tvm-ffi",
     "onnx",
     "onnxruntime",
+    "openvino",
     "torch",
     "numpy",
     "xgboost-cpu",

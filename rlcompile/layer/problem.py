@@ -42,7 +42,7 @@ class SelectionProblem:
             choices = [Option(p, ms, table.layouts[p]) for p, ms in sorted(table.options[name].items())
                        if allowed is None or p in allowed]  # fmt: skip
             self.options.append(choices or [Option(p, ms, table.layouts[p]) for p, ms in table.options[name].items()
-                                            if p == "ort:basic"])  # fmt: skip
+                                            if p == table.default])  # fmt: skip
         self.incoming: list[list[Incoming]] = [[] for _ in table.layers]
         self.to_output: list[list[tuple[int, ...]]] = [[] for _ in table.layers]
         self.last_use = [-1] * len(table.layers)
@@ -64,9 +64,9 @@ class SelectionProblem:
         option = self.options[layer][choice]
         cost = option.ms
         for edge in self.incoming[layer]:
-            cost += self.table.conversion_ms(edge.shape, layout_of.get(edge.producer, "nchw"), option.layout)
+            cost += self.table.conversion_ms(edge.shape, layout_of.get(edge.producer, self.table.host), option.layout)
         for shape in self.to_output[layer]:
-            cost += self.table.conversion_ms(shape, option.layout, "nchw")
+            cost += self.table.conversion_ms(shape, option.layout, self.table.host)
         return cost
 
     def total(self, plan: list[int]) -> float:
@@ -86,9 +86,9 @@ class SelectionProblem:
         return min(range(len(self.options[layer])), key=lambda c: self.options[layer][c].ms)
 
 
-def best_within_library(problem: SelectionProblem, library: str, default: str = "ort:basic") -> tuple[list[int], float]:
-    """The optimal plan that uses only ``library`` (and ``default`` for the layers it cannot run)."""
-    allowed = {name for name in problem.table.layouts if name.startswith(f"{library}:")} | {default}
+def best_within_library(problem: SelectionProblem, library: str) -> tuple[list[int], float]:
+    """The optimal plan that uses only ``library`` (and the table's default for the layers it cannot run)."""
+    allowed = {name for name in problem.table.layouts if name.split(":")[0] == library} | {problem.table.default}
     restricted = SelectionProblem(problem.table, allowed)
     names = [restricted.options[i][c].primitive for i, c in enumerate(exact(restricted).plan)]
     plan = [next(j for j, o in enumerate(problem.options[i]) if o.primitive == n) for i, n in enumerate(names)]

@@ -31,7 +31,8 @@ class Segment:
     proto: onnx.ModelProto | None = field(default=None, repr=False)
 
 
-def cut_segments(groups: Sequence[FusionGroup], assignment: Sequence[str], model_outputs: Sequence[str]) -> list[Segment]:
+def cut_segments(groups: Sequence[FusionGroup], assignment: Sequence[str],
+                 model_outputs: Sequence[str]) -> list[Segment]:  # fmt: skip
     """Consecutive groups with the same library, with the activations each segment reads and writes."""
     if len(assignment) != len(groups):
         raise ValueError(f"plan has {len(assignment)} choices for {len(groups)} groups")

@@ -47,11 +47,18 @@ class LookupTable:
     conversions: dict[str, dict[str, float]]
     rejected: dict[str, dict[str, str]] = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    #: the domain (layout, or library) the model's inputs arrive in and its outputs leave in
+    host: str = "nchw"
+    #: the option every layer has (the fallback a restricted plan uses)
+    default: str = "ort:basic"
+    #: how the table was made (calibration, raw measurements), for reports
+    notes: dict = field(default_factory=dict)
 
     def conversion_ms(self, shape: tuple[int, ...], source: str, target: str) -> float:
-        if source == target or len(shape) != 4:
+        """What crossing from ``source`` to ``target`` costs for a tensor of ``shape`` (0 when not measured)."""
+        if source == target:
             return 0.0
-        return self.conversions[shape_key(shape)][f"{source}->{target}"]
+        return self.conversions.get(shape_key(shape), {}).get(f"{source}->{target}", 0.0)
 
     def to_json(self) -> dict:
         return asdict(self) | {"version": TABLE_VERSION, "edges": [asdict(edge) for edge in self.edges]}

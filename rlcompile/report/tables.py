@@ -148,3 +148,39 @@ def plan_summary(run) -> str:
         verdict = "agree" if run.agreement.within() else "DISAGREE"
         lines.append(f"outputs {verdict} with ONNX Runtime (max rel err {run.agreement.max_rel:.1e})")
     return "\n".join(lines)
+
+
+def candidates_table(selection) -> Table:
+    """``rlcompile select``: every plan that was run, predicted vs measured, against the native runs."""
+    ort_native = selection.natives.get("ort native")
+    table = Table(title=f"{selection.model.name}: plans run end to end ({selection.threads} threads)")
+    for column in ("plan", "segments", "library mix", "predicted ms", "measured ms", "measured/predicted",
+                   "vs ORT native", "agrees"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("plan", "library mix") else "right")
+    for candidate in selection.candidates:
+        mix = ", ".join(f"{name} x{count}" for name, count in candidate.library_mix().items())
+        label = ", ".join(candidate.labels) + (" [bold](chosen)[/bold]" if candidate is selection.chosen else "")
+        if candidate.measured is None:
+            table.add_row(label, "", mix, f"{candidate.predicted_ms:.3f}", "", "", "", candidate.error or "")
+            continue
+        measured = candidate.measured.median_ms
+        versus = f"{measured / ort_native.median_ms:.3f}x" if ort_native else ""
+        table.add_row(label, str(candidate.segments), mix, f"{candidate.predicted_ms:.3f}", f"{measured:.3f}",
+                      f"{measured / candidate.predicted_ms:.2f}", versus, "yes")  # fmt: skip
+    for name, stats in selection.natives.items():
+        versus = f"{stats.median_ms / ort_native.median_ms:.3f}x" if ort_native else ""
+        table.add_row(f"[dim]{name} (original model)[/dim]", "", "", "", f"{stats.median_ms:.3f}", "", versus, "")
+    return table
+
+
+def groups_table(selection) -> Table:
+    """``rlcompile select``: per fusion group, the in-context time of each library and the one chosen."""
+    names = list(selection.table.layouts)
+    table = Table(title=f"{selection.model.name}: fusion groups (table ms, in context)")
+    for column in ("group", "operators", "chosen", *names):
+        table.add_column(column, justify="right" if column in names else "left")
+    for group, library in zip(selection.grouped.groups, selection.chosen.assignment, strict=True):
+        options = selection.table.options[group.name]
+        cells = [f"{options[name]:.3f}" if name in options else "-" for name in names]
+        table.add_row(group.name, group.describe(), library, *cells)
+    return table

@@ -53,4 +53,5 @@ class OpenVinoLibrary(Library):
             model = core.read_model(segment.SerializeToString())
             return OpenVinoRunner(core.compile_model(model, "CPU", openvino_config(threads)))
         except RuntimeError as error:
-            raise ModelError(f"OpenVINO cannot compile {segment.graph.name or 'segment'}: {first_line(error)}") from None
+            name = segment.graph.name or "segment"
+            raise ModelError(f"OpenVINO cannot compile {name}: {first_line(error)}") from None

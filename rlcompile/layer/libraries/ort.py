@@ -9,12 +9,14 @@ import onnx
 
 from rlcompile.backends.ort import create_session, session_options
 from rlcompile.layer.libraries.base import Library, Runner
+from rlcompile.threads import ort_session_config
 
 
 def quiet_session_options(threads: int):
-    """ORT_ENABLE_ALL with ``threads`` intra-op threads that sleep, rather than spin, between runs."""
+    """ORT_ENABLE_ALL with ``threads`` intra-op threads that stop spinning when a run is over."""
     options = session_options("all", threads)
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    for key, value in ort_session_config().items():
+        options.add_session_config_entry(key, value)
     return options
 
 

@@ -222,7 +222,8 @@ class TorchLibrary(Library):
         torch.set_num_threads(threads)
         try:
             module = SegmentModule(segment)
-            examples = tuple(example_input(value) for value in segment.graph.input if value.name not in module.constants)
+            inputs = [value for value in segment.graph.input if value.name not in module.constants]
+            examples = tuple(example_input(value) for value in inputs)
             with torch.no_grad():
                 traced = torch.jit.trace(module, examples, check_trace=False)
                 function = torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))

@@ -1,0 +1,315 @@
+"""The lookup table over fusion groups and libraries, measured the way the segment engine runs them.
+
+For every fusion group and every library that claims it, the group is compiled alone as a segment,
+checked against ONNX Runtime's values of the same activations (taken from one run of the whole model
+on random inputs), and timed with the engine's thread count: its *standalone* time, which includes
+the library's call overhead and the layout changes at the group's edges.
+
+Inside a segment a library pays neither between groups, so standalone times overestimate. Each
+library's *single-library plan* (that library wherever it can, ONNX Runtime elsewhere) is therefore
+run end to end, and the library's in-context estimates are scaled by one factor so that the table
+predicts that measurement (``notes["context_factor"]``; near 1 when the boundary model is right).
+
+A *boundary* (a value crossing from library A to library B) costs half of what splitting an A segment
+at a tensor of that shape costs, half of B's, and the hand-off penalty of B running right after A (see
+:func:`time_boundaries`); entering from or leaving to the caller costs half a split. A group's
+in-context time is its standalone time less half a split per boundary tensor; then the calibration
+factor absorbs what this model still misses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from rlcompile.layer import libraries
+from rlcompile.layer.api import fused_model
+from rlcompile.layer.groups import FusionGroup, fusion_groups, name_nodes
+from rlcompile.layer.network import SINK, SOURCE, Edge
+from rlcompile.layer.problem import SelectionProblem
+from rlcompile.layer.segments import (
+    Segment,
+    SegmentEngine,
+    SegmentExtractor,
+    attach_protos,
+    boundary_values,
+    cut_segments,
+)
+from rlcompile.layer.table import LAYER_TIMING, LookupTable, save_table, shape_key
+from rlcompile.measure import (
+    MeasureConfig,
+    cpu_model,
+    environment,
+    measure_alternating,
+    measure_latency,
+    package_versions,
+)
+from rlcompile.models.onnx_model import LoadedModel, first_line
+from rlcompile.models.zoo import cache_dir
+from rlcompile.threads import spinning_allowed
+from rlcompile.verify import compare_outputs
+
+GROUP_TABLE_VERSION = 3
+#: Timing of a whole single-library plan during calibration.
+PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=10, min_time_s=0.5, max_time_s=10.0, floor_repeats=3)
+#: Alternations per boundary measurement (median of the B calls).
+BOUNDARY_REPEATS = 25
+#: Calibration factors outside this range mean the boundary model is badly off; they are clipped.
+FACTOR_RANGE = (0.5, 1.5)
+#: Timing of the probes that measure what splitting a segment costs.
+BOUNDARY_TIMING = MeasureConfig(warmup=3, min_repeats=15, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
+Progress = Callable[[str], None]
+
+
+@dataclass
+class GroupedModel:
+    """A model ready for the layer level: BN folded, nodes named, fusion groups, example activations."""
+
+    name: str
+    proto: onnx.ModelProto
+    groups: list[FusionGroup]
+    inputs: list[str]
+    outputs: list[str]
+    #: the model's random inputs and every value that crosses a group boundary, from one ORT run
+    examples: dict[str, np.ndarray]
+
+    @property
+    def feeds(self) -> dict[str, np.ndarray]:
+        return {name: self.examples[name] for name in self.inputs}
+
+    def segments(self, assignment: Sequence[str]) -> list[Segment]:
+        """The plan's segments, each with its ONNX model."""
+        segments = cut_segments(self.groups, assignment, self.outputs)
+        attach_protos(self.proto, segments, self.examples, stem=f"{self.name}_segment")
+        return segments
+
+    def engine(self, assignment: Sequence[str], threads: int, created: Mapping[str, libraries.Library],
+               ) -> SegmentEngine:  # fmt: skip
+        return SegmentEngine.compile(self.segments(assignment), self.inputs, self.outputs, threads, created)
+
+
+def group_model(model: LoadedModel, seed: int = 0) -> GroupedModel:
+    proto = name_nodes(fused_model(model).proto)
+    groups = fusion_groups(proto)
+    feeds = model.random_inputs(seed)
+    examples = dict(feeds) | boundary_values(proto, feeds, [name for group in groups for name in group.outputs])
+    return GroupedModel(model.name, proto, groups, list(feeds), [value.name for value in proto.graph.output], examples)
+
+
+def group_edges(grouped: GroupedModel) -> list[Edge]:
+    producer = {name: group.name for group in grouped.groups for name in group.outputs}
+    edges = [Edge(producer.get(name, SOURCE), group.name, name, tuple(grouped.examples[name].shape))
+             for group in grouped.groups for name in group.inputs]  # fmt: skip
+    edges += [Edge(producer[name], SINK, name, tuple(grouped.examples[name].shape)) for name in grouped.outputs]
+    return edges
+
+
+def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory: Path | None,
+               tuning_db: Path | None = None) -> Path:  # fmt: skip
+    """Named by the model's content and everything that changes the times (CPU, threads, versions)."""
+    versions = [f"{package}={version}" for package, version in package_versions().items()]
+    identity = "|".join([cpu_model(), str(threads), *names, *versions, f"spin={spinning_allowed()}",
+                         str(tuning_db.resolve()) if tuning_db else "", f"v{GROUP_TABLE_VERSION}"])  # fmt: skip
+    machine = hashlib.sha1(identity.encode()).hexdigest()[:10]
+    content = hashlib.sha1(model.serialized).hexdigest()[:10]
+    if directory is None:
+        directory = cache_dir() if model.source.startswith("zoo:") else Path(model.source).parent
+    return directory / f"{model.name}.groups-{content}-{machine}.json"
+
+
+def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, libraries.Library], threads: int, path: Path,
+                           progress: Progress = lambda m: None) -> tuple[LookupTable, bool]:  # fmt: skip
+    """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
+    if path.exists():
+        try:
+            return LookupTable.from_json(json.loads(path.read_text())), True
+        except (ValueError, KeyError, TypeError):
+            progress(f"ignoring unreadable table {path}")
+    table = profile_groups(grouped, created, threads, progress)
+    save_table(table, path)
+    return table, False
+
+
+def profile_groups(grouped: GroupedModel, created: Mapping[str, libraries.Library], threads: int,
+                   progress: Progress = lambda m: None, timing: MeasureConfig = LAYER_TIMING,
+                   ) -> LookupTable:  # fmt: skip
+    """Standalone group times, boundary costs, then the calibration on single-library plans."""
+    standalone, rejected = time_groups(grouped, created, threads, progress, timing)
+    edges = group_edges(grouped)
+    progress(f"measuring boundary costs between {', '.join(created)}")
+    conversions = time_boundaries(edges, created, threads)
+    names = [group.name for group in grouped.groups]
+    table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
+                        rejected, environment(threads), host="host", default=libraries.REFERENCE)  # fmt: skip
+    calibrate(table, grouped, created, threads, progress)
+    return table
+
+
+def time_groups(grouped, created, threads, progress, timing) -> tuple[dict, dict]:
+    """{group: {library: standalone ms}} and {group: {library: why not}}."""
+    extractor = SegmentExtractor(grouped.proto, grouped.examples)
+    standalone: dict[str, dict[str, float]] = {}
+    rejected: dict[str, dict[str, str]] = {}
+    for index, group in enumerate(grouped.groups):
+        progress(f"profiling group {index + 1}/{len(grouped.groups)}: {group.name} ({group.describe()})")
+        proto = extractor.extract(Segment("", [index], group.inputs, group.outputs), f"group{index:03d}")
+        members = set(group.nodes)
+        nodes = [node for node in proto.graph.node if node.name in members]
+        inputs = [grouped.examples[name] for name in group.inputs]
+        expected = [grouped.examples[name] for name in group.outputs]
+        standalone[group.name] = {}
+        for name, library in created.items():
+            ms, reason = time_group(library, proto, nodes, inputs, expected, threads, timing)
+            if reason is None:
+                standalone[group.name][name] = ms
+            else:
+                rejected.setdefault(group.name, {})[name] = reason
+        if libraries.REFERENCE not in standalone[group.name]:
+            why = rejected.get(group.name, {}).get(libraries.REFERENCE, "?")
+            raise RuntimeError(f"ONNX Runtime cannot run group {group.name} on its own: {why}")
+    return standalone, rejected
+
+
+def time_group(library, proto, nodes, inputs, expected, threads, timing) -> tuple[float, str | None]:
+    """(median ms, None) when the library runs the group and agrees with ORT; (nan, why not) otherwise."""
+    if not library.supports(nodes):
+        return float("nan"), "unsupported operator"
+    try:
+        runner = library.compile(proto, threads)
+        outputs = runner(inputs)
+    except Exception as error:  # a library refusing a group is data, not a crash
+        return float("nan"), f"failed: {first_line(error)}"
+    agreement = compare_outputs(expected, outputs)
+    if not agreement.within():
+        return float("nan"), f"disagrees with ONNX Runtime (max rel err {agreement.max_rel:.1e})"
+    return measure_latency(lambda: runner(inputs), timing).median_ms, None
+
+
+def probe_model(shape: tuple[int, ...], depth: int) -> onnx.ModelProto:
+    """``depth`` chained operators over a float tensor of ``shape`` that keep it and use the thread pool.
+
+    A 1x1 convolution (channels to channels) for 4-D tensors, a square MatMul on the last axis otherwise:
+    layout-sensitive and parallel, like the groups on either side of a real boundary.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    width = shape[1] if len(shape) == 4 else shape[-1]
+    dims = (width, width, 1, 1) if len(shape) == 4 else (width, width)
+    weight = (rng.standard_normal(dims) / width).astype(np.float32)
+    op = "Conv" if len(shape) == 4 else "MatMul"
+    names = ["x", *[f"y{i}" for i in range(depth)]]
+    nodes = [helper.make_node(op, [names[i], "w"], [names[i + 1]], name=f"probe{i}") for i in range(depth)]
+    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, list(shape))],
+                              [numpy_helper.from_array(weight, "w")])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def handoff_ms(before: Callable[[], object] | None, after: Callable[[], object],
+               repeats: int = BOUNDARY_REPEATS) -> float:  # fmt: skip
+    """Median time of ``after()`` when it runs right after ``before()`` (warm-up of 3 pairs)."""
+    samples = []
+    for _ in range(3 + repeats):
+        if before is not None:
+            before()
+        started = time.perf_counter()
+        after()
+        samples.append(time.perf_counter() - started)
+    return float(np.median(samples[3:])) * 1e3
+
+
+def split_ms(single: Callable[[np.ndarray], object], chain: Callable[[np.ndarray], object], array: np.ndarray) -> float:
+    """What cutting a library's segment at a tensor costs: two one-operator segments minus one of two operators."""
+    apart = measure_latency(lambda: single(single(array)[0]), BOUNDARY_TIMING).median_ms
+    together = measure_latency(lambda: chain(array), BOUNDARY_TIMING).median_ms
+    return max(0.0, apart - together)
+
+
+def time_boundaries(edges: Sequence[Edge], created, threads) -> dict[str, dict[str, float]]:
+    """{shape: {"A->B": ms}} for every boundary shape and pair of libraries (and the caller, "host").
+
+    A boundary from A to B costs half of A's split cost (leaving A: call return, layout back to NCHW),
+    half of B's (entering B: call, layout in) and the hand-off penalty of B running right after A
+    (A's threads still spinning, B's waking up) beyond B running after itself.
+    """
+    conversions: dict[str, dict[str, float]] = {}
+    rng = np.random.default_rng(0)
+    for shape in sorted({edge.shape for edge in edges}):
+        array = rng.standard_normal(shape).astype(np.float32)
+        single = {name: library.compile(probe_model(shape, 1), threads) for name, library in created.items()}
+        chain = {name: library.compile(probe_model(shape, 2), threads) for name, library in created.items()}
+        calls = {name: (lambda runner=runner, array=array: runner([array])) for name, runner in single.items()}
+        split = {name: split_ms(lambda x, r=single[name]: r([x]), lambda x, r=chain[name]: r([x]), array)
+                 for name in created}  # fmt: skip
+        after_self = {name: handoff_ms(calls[name], calls[name]) for name in created}
+        entry = {}
+        for target in created:
+            entry[f"host->{target}"] = split[target] / 2
+            entry[f"{target}->host"] = split[target] / 2
+            for source in created:
+                if source != target:
+                    penalty = max(0.0, handoff_ms(calls[source], calls[target]) - after_self[target])
+                    entry[f"{source}->{target}"] = (split[source] + split[target]) / 2 + penalty
+        conversions[shape_key(shape)] = entry | {f"split:{name}": ms for name, ms in split.items()}
+    return conversions
+
+
+def in_context(table: LookupTable, grouped: GroupedModel) -> dict[str, dict[str, float]]:
+    """Standalone group times less half a split per boundary tensor: what the group costs inside a segment."""
+    shapes = {name: tuple(array.shape) for name, array in grouped.examples.items()}
+    result = {}
+    for group in grouped.groups:
+        result[group.name] = {}
+        for library, ms in table.options[group.name].items():
+            edges = [shapes[name] for name in [*group.inputs, *group.outputs]]
+            split = sum(table.conversions[shape_key(shape)][f"split:{library}"] for shape in edges) / 2
+            result[group.name][library] = max(ms - split, 0.1 * ms)
+    return result
+
+
+def single_library_plan(table: LookupTable, library: str) -> list[str]:
+    """``library`` for every group it runs, the default library for the rest."""
+    return [library if library in table.options[name] else table.default for name in table.layers]
+
+
+def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Progress) -> None:
+    """Scale each library's in-context estimates so the table predicts its measured single-library plan.
+
+    The single-library plans are timed alternately (two rounds), so a slow spell of a shared machine
+    does not land on one library's factor.
+    """
+    raw = {name: dict(options) for name, options in table.options.items()}
+    table.options = in_context(table, grouped)
+    estimated = {name: dict(options) for name, options in table.options.items()}
+    ordered = sorted(created, key=lambda name: name != table.default)  # the default first: others lean on it
+    plans = {name: single_library_plan(table, name) for name in ordered}
+    plans = {name: plan for name, plan in plans.items() if name == table.default or name in plan}
+    progress(f"calibrating: {', '.join(plans)} each wherever it can run, end to end, alternately")
+    feeds = grouped.feeds
+    engines = [grouped.engine(plan, threads, created) for plan in plans.values()]
+    stats = measure_alternating([lambda engine=engine: engine.run(feeds) for engine in engines], PLAN_TIMING)
+    measured = {name: result.median_ms for name, result in zip(plans, stats, strict=True)}
+    factors: dict[str, float] = {}
+    for library, plan in plans.items():
+        problem = SelectionProblem(table)
+        choices = [next(i for i, o in enumerate(problem.options[layer]) if o.primitive == name)
+                   for layer, name in enumerate(plan)]  # fmt: skip
+        pairs = list(zip(table.layers, plan, strict=True))
+        boundaries = problem.total(choices) - sum(table.options[name][lib] for name, lib in pairs)
+        others = sum(table.options[name][lib] for name, lib in pairs if lib != library)
+        own = sum(estimated[name][library] for name, lib in pairs if lib == library)
+        factor = (measured[library] - boundaries - others) / own if own > 0 else 1.0
+        factors[library] = float(np.clip(factor, *FACTOR_RANGE))
+        for name in table.layers:
+            if library in table.options[name]:
+                table.options[name][library] = estimated[name][library] * factors[library]
+    table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": factors,
+                   "single_library_ms": measured}  # fmt: skip

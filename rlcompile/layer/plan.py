@@ -1,0 +1,166 @@
+"""A plan directory: the chosen segments, saved so they run again without profiling.
+
+``select -o DIR`` writes::
+
+    DIR/plan.json        model, inputs, outputs, threads, machine and versions, the segments in order
+                         (library, ONNX file, extra compiled files, boundary values), and the selection
+                         report (candidates, predicted and measured latencies)
+    DIR/segments/        one ONNX model per segment, plus what a library compiled that is slow to redo
+                         (a TVM shared library)
+    DIR/reference.npz    random inputs and ONNX Runtime's outputs for them, to check the plan anywhere
+
+:func:`load_plan` reads it back (refusing another CPU or other library versions, whose timings and
+compiled code the plan does not describe), compiles the segments and returns a :class:`LoadedPlan`
+whose ``run(feeds)`` runs the model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from rlcompile.errors import RlcompileError
+from rlcompile.layer import libraries
+from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
+from rlcompile.measure import cpu_model, environment, package_versions
+from rlcompile.models.onnx_model import TensorSpec, first_line
+
+PLAN_FILE = "plan.json"
+REFERENCE = "reference.npz"
+FORMAT = "rlcompile-layer-plan"
+VERSION = 1
+#: Versions that must match for a saved plan's compiled segments and timings to hold.
+PINNED_PACKAGES = ("onnxruntime", "openvino", "torch", "apache-tvm")
+
+
+def is_plan_dir(path: str | Path) -> bool:
+    return (Path(path) / PLAN_FILE).is_file()
+
+
+def save_plan(selection, output: Path, tuning_db: Path | None = None) -> Path:
+    """Write ``selection``'s chosen plan to ``output`` (replaced whole, never left half-written)."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
+    try:
+        (scratch / "segments").mkdir()
+        entries = [save_segment(item, scratch / "segments", index, tuning_db)
+                   for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
+        model = selection.model
+        feeds = selection.grouped.feeds
+        reference = selection.chosen.engine.run(feeds)
+        arrays = {f"input:{name}": value for name, value in feeds.items()}
+        arrays |= {f"output:{index}": value for index, value in enumerate(reference)}
+        np.savez(scratch / REFERENCE, **arrays)
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "model": model.name,
+            "source": model.source,
+            "inputs": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)}
+                       for s in model.inputs],
+            "outputs": selection.grouped.outputs,
+            "threads": selection.threads,
+            "environment": environment(selection.threads),
+            "segments": entries,
+            "selection": selection.to_dict(),
+        }
+        (scratch / PLAN_FILE).write_text(json.dumps(manifest, indent=1))
+        if output.exists():
+            shutil.rmtree(output)
+        scratch.rename(output)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return output
+
+
+def save_segment(item: CompiledSegment, folder: Path, index: int, tuning_db: Path | None) -> dict:
+    segment = item.segment
+    stem = folder / f"{index:02d}_{segment.library}"
+    onnx.save(segment.proto, str(stem.with_suffix(".onnx")))
+    files = libraries.create(segment.library, tuning_db).save(item.runner, stem)
+    return {"library": segment.library, "onnx": f"segments/{stem.name}.onnx", "files": files,
+            "groups": segment.groups, "inputs": segment.inputs, "outputs": segment.outputs}  # fmt: skip
+
+
+@dataclass
+class LoadedPlan:
+    """A plan directory, compiled and ready: ``run(feeds)`` returns the model's outputs."""
+
+    path: Path
+    manifest: dict = field(repr=False)
+    engine: SegmentEngine = field(repr=False)
+    reference_inputs: dict[str, np.ndarray] = field(repr=False)
+    reference_outputs: list[np.ndarray] = field(repr=False)
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return [TensorSpec(i["name"], tuple(i["shape"]), np.dtype(i["dtype"])) for i in self.manifest["inputs"]]
+
+    @property
+    def libraries(self) -> list[str]:
+        return self.engine.libraries
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self.engine.run(feeds)
+
+
+def check_machine(manifest: dict, path: Path) -> None:
+    """Refuse a plan made on another CPU or with other versions of the libraries it runs."""
+    saved = manifest.get("environment", {})
+    if saved.get("cpu") != cpu_model():
+        raise RlcompileError(f"{path} was made on {saved.get('cpu')!r}, this CPU is {cpu_model()!r}: select again here")
+    here = package_versions(PINNED_PACKAGES)
+    for package in PINNED_PACKAGES:
+        if saved.get("packages", {}).get(package) != here[package]:
+            raise RlcompileError(f"{path} was made with {package} {saved.get('packages', {}).get(package)}, "
+                                 f"this environment has {here[package]}: select again here")  # fmt: skip
+
+
+def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
+    """Read and compile a plan directory written by :func:`save_plan`."""
+    path = Path(path)
+    try:
+        manifest = json.loads((path / PLAN_FILE).read_text())
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT}")
+        with np.load(path / REFERENCE) as arrays:
+            inputs = {key.split(":", 1)[1]: arrays[key] for key in arrays.files if key.startswith("input:")}
+            outputs = [arrays[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in arrays.files))]
+    except (OSError, KeyError, ValueError, json.JSONDecodeError) as error:
+        raise RlcompileError(f"{path} is not an rlcompile plan directory: {first_line(error)}") from None
+    check_machine(manifest, path)
+    threads = threads or manifest["threads"]
+    compiled = []
+    for entry in manifest["segments"]:
+        onnx_path = path / entry["onnx"]
+        proto = onnx.load(str(onnx_path))
+        segment = Segment(entry["library"], entry["groups"], entry["inputs"], entry["outputs"], proto)
+        library = libraries.create(entry["library"])
+        runner = library.load(proto, onnx_path.with_suffix(""), entry["files"], threads)
+        compiled.append(CompiledSegment(segment, runner, 0.0))
+    engine = SegmentEngine(compiled, [spec["name"] for spec in manifest["inputs"]], manifest["outputs"])
+    return LoadedPlan(path, manifest, engine, inputs, outputs)
+
+
+def reference_model(plan: LoadedPlan):
+    """The original model the plan was made from, when it can still be loaded (a zoo name, or the file)."""
+    from rlcompile.models import load_model
+
+    source = plan.manifest.get("source", "")
+    spec = plan.manifest["model"] if source.startswith("zoo:") else source
+    shapes = {i["name"]: tuple(i["shape"]) for i in plan.manifest["inputs"]}
+    if not source.startswith("zoo:") and not Path(source).is_file():
+        return None
+    try:
+        return load_model(spec, None if source.startswith("zoo:") else shapes)
+    except RlcompileError:
+        return None

@@ -1,0 +1,230 @@
+"""``rlcompile select``: a library per fusion group, chosen on the table and then by measurement.
+
+1. Fold BatchNorm, form fusion groups, profile them per library (or reuse the table).
+2. The agent solves the table (QS-DNN's Q-learning by default; every solver keeps its interface).
+3. The candidates: the agent's plan, the table's exact optimum and every single-library plan. Each is
+   cut into segments, compiled, checked against ONNX Runtime, and all are timed alternately in one
+   process together with ONNX Runtime and OpenVINO run natively on the original model.
+4. The fastest candidate wins; candidates within :data:`TIE_BAND` of it count as ties, and a tie goes
+   to the plan with fewer segments. Because the single-library plans are candidates, the result is
+   never slower than the best single library beyond the timing noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlcompile.backends.ort import OrtBackend, run_proto
+from rlcompile.layer import libraries, solvers
+from rlcompile.layer.group_table import (
+    GroupedModel,
+    group_model,
+    load_or_profile_groups,
+    single_library_plan,
+    table_file,
+)
+from rlcompile.layer.problem import SelectionProblem, exact
+from rlcompile.layer.segments import SegmentEngine
+from rlcompile.layer.solvers import SolverResult
+from rlcompile.layer.table import LookupTable
+from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
+from rlcompile.models.onnx_model import LoadedModel, first_line
+from rlcompile.verify import Agreement, compare_outputs
+
+#: Candidates measured within this fraction of the fastest are ties (then fewer segments wins).
+TIE_BAND = 0.02
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Candidate:
+    """One plan that was run end to end."""
+
+    labels: list[str]
+    assignment: list[str]
+    predicted_ms: float
+    engine: SegmentEngine | None = field(default=None, repr=False)
+    agreement: Agreement | None = None
+    measured: LatencyStats | None = None
+    error: str | None = None
+
+    @property
+    def segments(self) -> int:
+        return len(self.engine.compiled) if self.engine else 0
+
+    def library_mix(self) -> dict[str, int]:
+        """Groups per library."""
+        return {name: self.assignment.count(name) for name in dict.fromkeys(self.assignment)}
+
+    def to_dict(self) -> dict:
+        return {
+            "labels": self.labels,
+            "predicted_ms": self.predicted_ms,
+            "measured_ms": self.measured.median_ms if self.measured else None,
+            "measured_p90_ms": self.measured.p90_ms if self.measured else None,
+            "segments": self.segments,
+            "library_mix": self.library_mix(),
+            "agreement": self.agreement.to_dict() if self.agreement else None,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Selection:
+    """Everything ``select`` found: the table, the agent's result, the candidates and the winner."""
+
+    model: LoadedModel = field(repr=False)
+    grouped: GroupedModel = field(repr=False)
+    agent: str
+    threads: int
+    table: LookupTable = field(repr=False)
+    table_file: Path
+    table_reused: bool
+    result: SolverResult
+    candidates: list[Candidate]
+    chosen: Candidate
+    natives: dict[str, LatencyStats] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    def assignment(self) -> dict[str, str]:
+        return dict(zip(self.table.layers, self.chosen.assignment, strict=True))
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.name,
+            "agent": self.agent,
+            "threads": self.threads,
+            "libraries": list(self.table.layouts),
+            "unavailable_libraries": self.unavailable,
+            "table": str(self.table_file),
+            "table_reused": self.table_reused,
+            "agent_predicted_ms": self.result.total_ms,
+            "episodes": self.result.episodes,
+            "solver": self.result.extra,
+            "context_factor": self.table.notes.get("context_factor"),
+            "candidates": [candidate.to_dict() for candidate in self.candidates],
+            "chosen": self.chosen.to_dict(),
+            "native_ms": {name: stats.median_ms for name, stats in self.natives.items()},
+            "groups": self.group_rows(),
+        }
+
+    def group_rows(self) -> list[dict]:
+        """Per fusion group: its operators, the library chosen and every library's in-context time."""
+        rows = []
+        for group, library in zip(self.grouped.groups, self.chosen.assignment, strict=True):
+            times = {name: round(ms, 4) for name, ms in self.table.options[group.name].items()}
+            rows.append({"group": group.name, "ops": group.describe(), "library": library, "ms": times})
+        return rows
+
+
+def create_libraries(names: list[str], tuning_db: Path | None) -> tuple[dict[str, libraries.Library], dict[str, str]]:
+    """The usable libraries by name, and why the others cannot be used here."""
+    created, unavailable = {}, {}
+    for name in names:
+        library = libraries.create(name, tuning_db)
+        reason = library.unavailable()
+        if reason is None:
+            created[name] = library
+        else:
+            unavailable[name] = reason
+    return created, unavailable
+
+
+def candidate_plans(problem: SelectionProblem, result: SolverResult, agent: str) -> list[Candidate]:
+    """The agent's plan, the exact optimum and each single-library plan, identical plans merged."""
+    table = problem.table
+    named = [(agent, problem.names(result.plan)), ("exact", problem.names(exact(problem).plan))]
+    named += [(f"single:{name}", dict(zip(table.layers, single_library_plan(table, name), strict=True)))
+              for name in table.layouts]  # fmt: skip
+    merged: dict[tuple, Candidate] = {}
+    for label, plan in named:
+        assignment = [plan[name] for name in table.layers]
+        key = tuple(assignment)
+        if key in merged:
+            merged[key].labels.append(label)
+            continue
+        choices = [next(i for i, o in enumerate(problem.options[k]) if o.primitive == lib) for k, lib in enumerate(key)]
+        merged[key] = Candidate([label], assignment, problem.total(choices))
+    return list(merged.values())
+
+
+def pick(candidates: list[Candidate], tie_band: float = TIE_BAND) -> Candidate:
+    """The fastest measured candidate; among those within ``tie_band`` of it, the one with fewest segments."""
+    runnable = [candidate for candidate in candidates if candidate.measured is not None]
+    fastest = min(candidate.measured.median_ms for candidate in runnable)
+    ties = [c for c in runnable if c.measured.median_ms <= fastest * (1 + tie_band)]
+    return min(ties, key=lambda c: (c.segments, c.measured.median_ms))
+
+
+def select_segments(
+    model: LoadedModel,
+    agent: str = "qlearning",
+    seed: int = 0,
+    threads: int = 1,
+    library_names: list[str] | None = None,
+    tuning_db: Path | None = None,
+    table_dir: Path | None = None,
+    timing: MeasureConfig = DEFAULT,
+    progress: Progress = lambda message: None,
+    **solver_options: object,
+) -> Selection:
+    """Choose a library per fusion group; run, verify and time the candidates; keep the fastest."""
+    solver = solvers.create(agent, **solver_options)
+    created, unavailable = create_libraries(library_names or libraries.parse(None, tuning_db), tuning_db)
+    for name, why in unavailable.items():
+        progress(f"library {name} left out: {why}")
+    progress("folding batch norms, forming fusion groups, reading activations")
+    grouped = group_model(model, seed)
+    path = table_file(model, list(created), threads, table_dir, tuning_db)
+    table, reused = load_or_profile_groups(grouped, created, threads, path, progress)
+    progress(f"{'reused' if reused else 'wrote'} the lookup table {path}")
+    problem = SelectionProblem(table)
+    progress(f"solving with {agent} over {len(problem)} fusion groups")
+    result = solver.solve(problem, seed)
+    candidates = candidate_plans(problem, result, agent)
+    natives = run_candidates(model, grouped, candidates, created, threads, timing, progress)
+    chosen = pick(candidates)
+    return Selection(model, grouped, agent, threads, table, path, reused, result, candidates, chosen, natives,
+                     unavailable)  # fmt: skip
+
+
+def run_candidates(model: LoadedModel, grouped: GroupedModel, candidates: list[Candidate], created, threads: int,
+                   timing: MeasureConfig, progress: Progress) -> dict[str, LatencyStats]:  # fmt: skip
+    """Compile and verify every candidate, then time them alternately with the libraries run natively."""
+    feeds = grouped.feeds
+    reference = run_proto(model.proto, feeds)
+    for candidate in candidates:
+        progress(f"compiling and checking the plan of {', '.join(candidate.labels)}")
+        try:
+            candidate.engine = grouped.engine(candidate.assignment, threads, created)
+            candidate.agreement = compare_outputs(reference, candidate.engine.run(feeds))
+        except Exception as error:  # a plan that cannot be built is reported, never fatal
+            candidate.error = first_line(error)
+            continue
+        if not candidate.agreement.within():
+            candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
+    runnable = [c for c in candidates if c.engine is not None and c.error is None]
+    if not runnable:
+        raise RuntimeError("no candidate plan ran and agreed with ONNX Runtime")
+    natives = native_timers(model, feeds, threads, created)
+    progress(f"timing {len(runnable)} plans and {len(natives)} native runs alternately")
+    timers = [lambda c=c: c.engine.run(feeds) for c in runnable] + list(natives.values())
+    stats = measure_alternating(timers, timing)
+    for candidate, measured in zip(runnable, stats, strict=False):
+        candidate.measured = measured
+    return dict(zip(natives, stats[len(runnable) :], strict=True))
+
+
+def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:
+    """ONNX Runtime (and OpenVINO when usable) on the original model, as a user would run it."""
+    session = OrtBackend("all", threads=threads).prepare(model)
+    timers = {"ort native": session.timer(feeds)}
+    if "openvino" in created:
+        runner = created["openvino"].compile(model.proto, threads)
+        arrays = list(feeds.values())
+        timers["openvino native"] = lambda: runner(arrays)
+    return timers
