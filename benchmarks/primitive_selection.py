@@ -1,7 +1,16 @@
-"""QS-DNN's evaluation on this CPU (seed 003, Table II and Figure 5), single-threaded like the seed.
+"""The layer level's evaluation: QS-DNN's Table II and Figure 5 (per operator, one thread, as the seed) and
+the segment engine end to end (fusion groups, libraries compiled per segment, 2 and 1 threads).
 
-    python benchmarks/primitive_selection.py [--quick] [--models lenet5,alexnet,...] [--seeds 5]
-                                             [--episodes N] [--out results/primitive_selection]
+    python benchmarks/primitive_selection.py [--quick] [--part seed|segments|all] [--models lenet5,...]
+                                             [--segment-models resnet18,...] [--threads 2,1]
+                                             [--seeds 5] [--episodes N] [--out results/primitive_selection]
+
+Segments (``--part segments``): for every zoo model and thread count, ``select_segments`` with
+Q-learning: ORT native, OpenVINO native, every single-library plan, Q-learning's plan, the exact
+optimum and the returned plan, measured (alternating, one process) and predicted; Q-learning's gap to
+the exact optimum and its episodes; the library mix of the returned plan; the timing noise of two
+identical ORT sessions in the same run. Results go to ``segments.json`` as each model finishes; a
+re-run skips the (model, threads) pairs already there, so a long run can be split or resumed.
 
 Per model: the lookup table (profiled once, then reused), and on it every single library, random
 search and Q-learning (same episodes, ``--seeds`` seeds each), greedy and the exact optimum. Reports
@@ -34,6 +43,8 @@ from rlcompile.models import load_model
 
 console = Console(width=170)
 MODELS = "lenet5,alexnet,squeezenet1_1,mobilenet_v1,mobilenet_v2,googlenet,resnet18,vgg19"
+SEGMENT_MODELS = ("lenet5,squeezenet1_1,mobilenet_v1,mobilenet_v2,resnet18,googlenet,bert_tiny,alexnet,resnet50,"
+                  "inception_v3,vgg16,vgg19,bert")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,10 +53,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--episodes", type=int, default=None, help="default: 20 per layer, at least 500")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--part", default="all", choices=["seed", "segments", "all"])
+    parser.add_argument("--segment-models", default=SEGMENT_MODELS)
+    parser.add_argument("--threads", default="2,1", help="thread counts of the segment part")
     parser.add_argument("--out", type=Path, default=Path("results/primitive_selection"))
     args = parser.parse_args(argv)
     if args.quick:
-        args.models, args.seeds = "lenet5,squeezenet1_1", 2
+        args.models, args.seeds, args.segment_models, args.threads = "lenet5,squeezenet1_1", 2, "lenet5,resnet18", "2"
     return args
 
 
@@ -159,10 +173,77 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
+def evaluate_segments(name: str, threads: int, timing) -> dict:
+    """``select_segments`` with Q-learning on one model: every plan measured and predicted, and the natives."""
+    from rlcompile.layer.problem import SelectionProblem as Problem
+    from rlcompile.layer.selection import select_segments
+
+    model = load_model(name)
+    selection = select_segments(model, "qlearning", threads=threads, timing=timing,
+                                progress=lambda m: console.log(f"{name} ({threads} threads): {m}"))  # fmt: skip
+    optimum = exact(Problem(selection.table))
+    row = selection.to_dict() | {"model": name, "threads": threads}
+    row["qlearning_gap_to_exact"] = selection.result.total_ms / optimum.total_ms - 1
+    row["qlearning_episodes_to_final"] = selection.result.episodes_to_reach(selection.result.total_ms)
+    row["exact_proven_optimal"] = optimum.proven_optimal
+    row.pop("groups")
+    row["groups"] = selection.group_rows()
+    return row
+
+
+def segment_rows(args: argparse.Namespace, timing) -> list[dict]:
+    """Every (model, threads) of the segment part, resuming from ``segments.json``."""
+    path = args.out / "segments.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    done = {(row["model"], row["threads"]) for row in rows}
+    for threads in [int(t) for t in args.threads.split(",") if t]:
+        for name in [item for item in args.segment_models.split(",") if item]:
+            if (name, threads) in done:
+                continue
+            rows.append(evaluate_segments(name, threads, timing))
+            path.write_text(json.dumps({"environment": environment(), "rows": rows}, indent=1))
+    return rows
+
+
+def segments_table(rows: list[dict]) -> Table:
+    table = Table(title="Segment engine end to end: measured ms (median) and predicted, ratios to the faster native")
+    columns = ("model", "thr", "ORT native", "OV native", "noise", "single:ort", "single:openvino", "single:torch",
+               "qlearning", "exact", "returned", "returned / best native", "pred. err", "QL gap", "returned mix")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("model", "returned mix") else "right")
+    for row in rows:
+        natives = row["native_ms"]
+        best_native = min(natives.get("ort native", np.inf), natives.get("openvino native", np.inf))
+        by_label = {label: c for c in row["candidates"] for label in c["labels"]}
+
+        def cell(label: str, by_label=by_label) -> str:
+            c = by_label.get(label)
+            if c is None or c["measured_ms"] is None:
+                return "-"
+            return f"{c['measured_ms']:.2f} ({c['predicted_ms']:.2f})"
+
+        chosen = row["chosen"]
+        error = chosen["measured_ms"] / chosen["predicted_ms"] - 1
+        mix = ", ".join(f"{k} x{v}" for k, v in chosen["library_mix"].items())
+        table.add_row(row["model"], str(row["threads"]), f"{natives['ort native']:.2f}",
+                      f"{natives.get('openvino native', float('nan')):.2f}", f"{100 * (row['noise'] or 0):.1f}%",
+                      cell("single:ort"), cell("single:openvino"), cell("single:torch"), cell("qlearning"),
+                      cell("exact"), f"{chosen['measured_ms']:.2f} ({', '.join(chosen['labels'])})",
+                      f"{chosen['measured_ms'] / best_native:.3f}", f"{100 * error:+.1f}%",
+                      f"{100 * row['qlearning_gap_to_exact']:.1f}%", mix)  # fmt: skip
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     timing = QUICK if args.quick else DEFAULT
+    if args.part in ("segments", "all"):
+        rows = segment_rows(args, timing)
+        console.print(segments_table(rows))
+        console.print(f"wrote {args.out / 'segments.json'}")
+    if args.part == "segments":
+        return 0
     rows = []
     for name in [item for item in args.models.split(",") if item]:
         rows.append(evaluate_model(name, args, timing))

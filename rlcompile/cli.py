@@ -330,6 +330,9 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
                f"{chosen.measured.median_ms:.3f} ms, table predicted {chosen.predicted_ms:.3f} ms; "
                f"outputs agree with ONNX Runtime (max rel err {chosen.agreement.max_rel:.1e})")  # fmt: skip
     stdout.print(summary, highlight=False)
+    if selection.noise is not None:
+        noise = 100 * selection.noise
+        stdout.print(f"timing noise of this run: two identical ONNX Runtime sessions differ by {noise:.1f}%")
     output = args.output or Path(f"{model.name}.plan")
     save_plan(selection, output, args.tuning_db)
     stdout.print(f"wrote {output}/ (run it with: rlcompile run {output})", highlight=False)

@@ -56,7 +56,7 @@ from rlcompile.models.zoo import cache_dir
 from rlcompile.threads import spinning_allowed
 from rlcompile.verify import compare_outputs
 
-GROUP_TABLE_VERSION = 3
+GROUP_TABLE_VERSION = 4
 #: Timing of a whole single-library plan during calibration.
 PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=10, min_time_s=0.5, max_time_s=10.0, floor_repeats=3)
 #: Alternations per boundary measurement (median of the B calls).

@@ -140,12 +140,13 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
     check_machine(manifest, path)
     threads = threads or manifest["threads"]
     compiled = []
+    exclusive = len({entry["library"] for entry in manifest["segments"]}) == 1
     for entry in manifest["segments"]:
         onnx_path = path / entry["onnx"]
         proto = onnx.load(str(onnx_path))
         segment = Segment(entry["library"], entry["groups"], entry["inputs"], entry["outputs"], proto)
         library = libraries.create(entry["library"])
-        runner = library.load(proto, onnx_path.with_suffix(""), entry["files"], threads)
+        runner = library.load(proto, onnx_path.with_suffix(""), entry["files"], threads, exclusive)
         compiled.append(CompiledSegment(segment, runner, 0.0))
     engine = SegmentEngine(compiled, [spec["name"] for spec in manifest["inputs"]], manifest["outputs"])
     return LoadedPlan(path, manifest, engine, inputs, outputs)

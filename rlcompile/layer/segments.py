@@ -125,10 +125,11 @@ class SegmentEngine:
                 created: Mapping[str, libraries.Library] | None = None) -> SegmentEngine:  # fmt: skip
         """Compile every segment with its library (``created`` maps names to configured libraries)."""
         compiled = []
+        exclusive = len({segment.library for segment in segments}) == 1
         for segment in segments:
             library = (created or {}).get(segment.library) or libraries.create(segment.library)
             started = time.perf_counter()
-            runner = library.compile(segment.proto, threads)
+            runner = library.compile(segment.proto, threads, exclusive)
             compiled.append(CompiledSegment(segment, runner, time.perf_counter() - started))
         return cls(compiled, inputs, outputs)
 

@@ -37,6 +37,8 @@ from rlcompile.verify import Agreement, compare_outputs
 
 #: Candidates measured within this fraction of the fastest are ties (then fewer segments wins).
 TIE_BAND = 0.02
+#: A second, identical ONNX Runtime session timed with the others: its ratio to the first is the noise.
+NOISE_PROBE = "ort native (identical session)"
 Progress = Callable[[str], None]
 
 
@@ -90,6 +92,13 @@ class Selection:
     natives: dict[str, LatencyStats] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def noise(self) -> float | None:
+        """|ratio - 1| of two identical ONNX Runtime sessions timed in this run."""
+        if NOISE_PROBE not in self.natives or "ort native" not in self.natives:
+            return None
+        return abs(self.natives[NOISE_PROBE].median_ms / self.natives["ort native"].median_ms - 1)
+
     def assignment(self) -> dict[str, str]:
         return dict(zip(self.table.layers, self.chosen.assignment, strict=True))
 
@@ -109,6 +118,7 @@ class Selection:
             "candidates": [candidate.to_dict() for candidate in self.candidates],
             "chosen": self.chosen.to_dict(),
             "native_ms": {name: stats.median_ms for name, stats in self.natives.items()},
+            "noise": self.noise,
             "groups": self.group_rows(),
         }
 
@@ -220,9 +230,13 @@ def run_candidates(model: LoadedModel, grouped: GroupedModel, candidates: list[C
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:
-    """ONNX Runtime (and OpenVINO when usable) on the original model, as a user would run it."""
-    session = OrtBackend("all", threads=threads).prepare(model)
-    timers = {"ort native": session.timer(feeds)}
+    """ONNX Runtime (and OpenVINO when usable) on the original model, as a user would run it.
+
+    ONNX Runtime runs twice, in two identical sessions: their ratio is the timing noise of this run.
+    """
+    timers = {}
+    for name in ("ort native", NOISE_PROBE):
+        timers[name] = OrtBackend("all", threads=threads).prepare(model).timer(feeds)
     if "openvino" in created:
         runner = created["openvino"].compile(model.proto, threads)
         arrays = list(feeds.values())

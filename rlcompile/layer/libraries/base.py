@@ -40,7 +40,12 @@ class Library(ABC):
         return True
 
     @abstractmethod
-    def compile(self, segment: onnx.ModelProto, threads: int) -> Runner: ...
+    def compile(self, segment: onnx.ModelProto, threads: int, exclusive: bool = False) -> Runner:
+        """Compile ``segment`` for ``threads`` threads.
+
+        ``exclusive``: no other library runs in this plan, so the library keeps its own idle-thread policy
+        (spinning between runs is then free latency) instead of yielding the cores after each call.
+        """
 
     def save(self, runner: Runner, stem: Path) -> list[str]:
         """Write what ``runner`` compiled next to ``stem`` (the segment's ``.onnx`` path without suffix).
@@ -49,9 +54,10 @@ class Library(ABC):
         """
         return []
 
-    def load(self, segment: onnx.ModelProto, stem: Path, files: Sequence[str], threads: int) -> Runner:
+    def load(self, segment: onnx.ModelProto, stem: Path, files: Sequence[str], threads: int,
+             exclusive: bool = False) -> Runner:  # fmt: skip
         """The runner :meth:`save` wrote, or a fresh compile of ``segment``."""
-        return self.compile(segment, threads)
+        return self.compile(segment, threads, exclusive)
 
     def __repr__(self) -> str:
         return f"<library {self.name}>"

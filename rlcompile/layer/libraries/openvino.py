@@ -45,7 +45,7 @@ class OpenVinoLibrary(Library):
             return f"openvino is not installed ({error})"
         return None
 
-    def compile(self, segment: onnx.ModelProto, threads: int) -> Runner:
+    def compile(self, segment: onnx.ModelProto, threads: int, exclusive: bool = False) -> Runner:
         import openvino as ov
 
         core = ov.Core()

@@ -12,10 +12,10 @@ from rlcompile.layer.libraries.base import Library, Runner
 from rlcompile.threads import ort_session_config
 
 
-def quiet_session_options(threads: int):
-    """ORT_ENABLE_ALL with ``threads`` intra-op threads that stop spinning when a run is over."""
+def quiet_session_options(threads: int, exclusive: bool = False):
+    """ORT_ENABLE_ALL with ``threads`` intra-op threads that stop spinning when a run is over (unless exclusive)."""
     options = session_options("all", threads)
-    for key, value in ort_session_config().items():
+    for key, value in ({} if exclusive else ort_session_config()).items():
         options.add_session_config_entry(key, value)
     return options
 
@@ -32,6 +32,6 @@ class OrtRunner(Runner):
 class OrtLibrary(Library):
     name = "ort"
 
-    def compile(self, segment: onnx.ModelProto, threads: int) -> Runner:
-        options = quiet_session_options(threads)
+    def compile(self, segment: onnx.ModelProto, threads: int, exclusive: bool = False) -> Runner:
+        options = quiet_session_options(threads, exclusive)
         return OrtRunner(create_session(segment.SerializeToString(), options, segment.graph.name or "segment"))

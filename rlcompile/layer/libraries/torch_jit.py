@@ -218,7 +218,7 @@ class TorchLibrary(Library):
     def supports(self, nodes: Sequence[onnx.NodeProto]) -> bool:
         return all(node.op_type in OPS for node in nodes)
 
-    def compile(self, segment: onnx.ModelProto, threads: int) -> Runner:
+    def compile(self, segment: onnx.ModelProto, threads: int, exclusive: bool = False) -> Runner:
         torch.set_num_threads(threads)
         try:
             module = SegmentModule(segment)

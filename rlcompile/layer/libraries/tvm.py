@@ -40,7 +40,7 @@ class TvmLibrary(Library):
         self.tuning_db = tuning_db
         self.target = target
 
-    def compile(self, segment: onnx.ModelProto, threads: int) -> Runner:
+    def compile(self, segment: onnx.ModelProto, threads: int, exclusive: bool = False) -> Runner:
         from rlcompile.backends.tvm import TvmBackend
         from rlcompile.kernel.artifact import build_executable
         from rlcompile.kernel.workdir import WorkDir
@@ -56,10 +56,11 @@ class TvmLibrary(Library):
         runner.executable.export_library(str(path))
         return [path.name]
 
-    def load(self, segment: onnx.ModelProto, stem: Path, files: Sequence[str], threads: int) -> Runner:
+    def load(self, segment: onnx.ModelProto, stem: Path, files: Sequence[str], threads: int,
+             exclusive: bool = False) -> Runner:  # fmt: skip
         from rlcompile.tvm_bridge import tvm
 
         library = [name for name in files if name.endswith(".so")]
         if not library:
-            return self.compile(segment, threads)
+            return self.compile(segment, threads, exclusive)
         return TvmRunner(tvm.runtime.load_module(str(stem.parent / library[0])))
