@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from rlcompile.backends.ort import run_proto
 from rlcompile.errors import RlcompileError
 from rlcompile.layer import libraries
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
@@ -55,7 +56,7 @@ def save_plan(selection, output: Path, tuning_db: Path | None = None) -> Path:
                    for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
         model = selection.model
         feeds = selection.grouped.feeds
-        reference = selection.chosen.engine.run(feeds)
+        reference = run_proto(model.proto, feeds)
         arrays = {f"input:{name}": value for name, value in feeds.items()}
         arrays |= {f"output:{index}": value for index, value in enumerate(reference)}
         np.savez(scratch / REFERENCE, **arrays)

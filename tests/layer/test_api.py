@@ -54,8 +54,8 @@ def test_engine_converts_layouts_between_primitives():
 
 def test_select_cli_writes_the_plan(tmp_path: Path, capsys):
     plan_file = tmp_path / "plan.json"
-    code = main(["select", "lenet5", "--agent", "qlearning", "--episodes", "100", "--quick", "-o", str(plan_file),
-                 "--table-dir", str(tmp_path)])  # fmt: skip
+    code = main(["select", "lenet5", "--per-operator", "--agent", "qlearning", "--episodes", "100", "--quick",
+                 "-o", str(plan_file), "--table-dir", str(tmp_path)])  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     assert "predicted (table) latency" in out and "outputs agree with ONNX Runtime" in out

@@ -1,0 +1,72 @@
+"""Contract tests over every layer-level library: compile a segment, agree with ONNX Runtime, say what it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlcompile.backends.ort import run_proto
+from rlcompile.errors import RlcompileError
+from rlcompile.layer import libraries
+from rlcompile.verify import compare_outputs
+from tests.graph.conftest import GraphBuilder
+
+NAMES = ["ort", "openvino", "torch", "tvm"]
+
+
+def cnn_block():
+    """Conv+bias+Relu, a strided depthwise conv with Clip, pooling, residual-free head: a typical segment."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 16, 16])
+    conv = b.op("Relu", [b.conv(x, 8, 16)])
+    depthwise = b.op("Conv", [conv, b.weight(16, 1, 3, 3)], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16,
+                     strides=[2, 2])  # fmt: skip
+    clipped = b.op("Clip", [depthwise, b.const(np.array(0, np.float32)), b.const(np.array(6, np.float32))])
+    pooled = b.op("MaxPool", [clipped], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    flat = b.op("Flatten", [b.op("GlobalAveragePool", [pooled])])
+    out = b.op("Gemm", [flat, b.weight(10, 16), b.weight(10)], transB=1)
+    return b.model([out])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_library_compiles_a_segment_that_agrees_with_onnx_runtime(name: str):
+    proto = cnn_block()
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    library = libraries.create(name)
+    assert library.unavailable() is None
+    assert library.supports(list(proto.graph.node))
+    runner = library.compile(proto, threads=1)
+    assert compare_outputs(run_proto(proto, feeds), runner([feeds["x"]])).within()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_library_saves_and_loads_what_it_compiled(name: str, tmp_path: Path):
+    proto = cnn_block()
+    x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    library = libraries.create(name)
+    runner = library.compile(proto, threads=1)
+    files = library.save(runner, tmp_path / "segment")
+    assert all((tmp_path / file).is_file() for file in files)
+    again = library.load(proto, tmp_path / "segment", files, threads=1)
+    assert np.allclose(runner([x])[0], again([x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_torch_claims_only_operators_it_translates():
+    b = GraphBuilder()
+    x = b.input("x", [1, 4])
+    proto = b.model([b.op("Relu", [b.op("Einsum", [x, x], equation="ij,ij->ij")])])
+    torch_library = libraries.create("torch")
+    assert not torch_library.supports(list(proto.graph.node))
+    assert libraries.create("ort").supports(list(proto.graph.node))
+
+
+def test_library_names_are_checked_and_ort_always_comes_first():
+    assert libraries.parse(None) == ["ort", "openvino", "torch"]
+    assert libraries.parse(None, tuning_db=Path("w")) == ["ort", "openvino", "torch", "tvm"]
+    assert libraries.parse("torch,openvino") == ["ort", "torch", "openvino"]
+    with pytest.raises(RlcompileError, match="unknown library 'mkl'"):
+        libraries.parse("ort,mkl")
+    with pytest.raises(RlcompileError, match="unknown library"):
+        libraries.create("cudnn")

@@ -1,0 +1,99 @@
+"""select_segments end to end on a real model: table once, candidates measured, the fastest kept, plan saved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlcompile
+from rlcompile.cli import main
+from rlcompile.layer.plan import load_plan, save_plan
+from rlcompile.layer.selection import Candidate, pick, select_segments
+from rlcompile.measure import QUICK, summarize
+from rlcompile.models import load_model
+from rlcompile.verify import compare_outputs
+
+
+@pytest.fixture(scope="module")
+def selection(tmp_path_factory):
+    table_dir = tmp_path_factory.mktemp("tables")
+    return select_segments(load_model("lenet5"), "qlearning", threads=2, table_dir=table_dir, timing=QUICK,
+                           episodes=100)  # fmt: skip
+
+
+def test_selection_measures_every_candidate_and_keeps_the_fastest(selection):
+    labels = {label for candidate in selection.candidates for label in candidate.labels}
+    assert {"qlearning", "exact", "single:ort", "single:openvino", "single:torch"} <= labels
+    measured = [c for c in selection.candidates if c.measured is not None]
+    assert selection.chosen in measured and selection.chosen.agreement.within()
+    fastest = min(c.measured.median_ms for c in measured)
+    assert selection.chosen.measured.median_ms <= fastest * 1.02 + 1e-9
+    assert {"ort native", "openvino native"} <= set(selection.natives) and selection.noise is not None
+    assert not selection.table_reused and set(selection.table.notes["context_factor"]) >= {"ort"}
+
+
+def test_the_table_is_reused_and_the_solvers_keep_their_interface(selection):
+    again = select_segments(load_model("lenet5"), "exact", threads=2, table_dir=selection.table_file.parent,
+                            timing=QUICK)  # fmt: skip
+    assert again.table_reused and again.result.extra["proven_optimal"]
+    qlearning = next(c for c in selection.candidates if "qlearning" in c.labels)
+    assert qlearning.predicted_ms >= again.result.total_ms - 1e-9
+
+
+def test_ties_go_to_the_plan_with_fewer_segments():
+    def candidate(label: str, ms: float, segments: int) -> Candidate:
+        c = Candidate([label], ["ort"], ms, measured=summarize([ms]))
+        c.engine = type("E", (), {"compiled": [None] * segments})()
+        return c
+
+    mixed, single, slow = candidate("mixed", 10.0, 3), candidate("single", 10.1, 1), candidate("slow", 12.0, 1)
+    assert pick([mixed, single, slow]).labels == ["single"]
+    assert pick([mixed, candidate("single", 11.0, 1)]).labels == ["mixed"]
+
+
+def test_plan_directory_round_trip_and_python_api(selection, tmp_path: Path):
+    out = save_plan(selection, tmp_path / "plan")
+    manifest = json.loads((out / "plan.json").read_text())
+    assert manifest["segments"] and all((out / s["onnx"]).is_file() for s in manifest["segments"])
+    plan = rlcompile.load(out)
+    assert plan.libraries == selection.chosen.engine.libraries
+    feeds = {spec.name: np.random.default_rng(2).standard_normal(spec.shape).astype(np.float32) for spec in plan.inputs}
+    assert compare_outputs(selection.chosen.engine.run(feeds), plan.run(feeds)).within()
+    assert compare_outputs(plan.reference_outputs, plan.run(plan.reference_inputs)).within()
+
+
+def test_a_plan_from_another_cpu_or_a_broken_directory_is_refused_in_one_line(selection, tmp_path: Path, capsys):
+    out = save_plan(selection, tmp_path / "plan")
+    manifest = json.loads((out / "plan.json").read_text())
+    manifest["environment"]["cpu"] = "Some Other CPU"
+    (out / "plan.json").write_text(json.dumps(manifest))
+    assert main(["run", str(out)]) == 2
+    (out / "plan.json").write_text("{not json")
+    assert main(["run", str(out)]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and "Some Other CPU" in errors[0] and "not an rlcompile plan directory" in errors[1]
+    with pytest.raises(rlcompile.errors.RlcompileError):
+        load_plan(tmp_path / "missing")
+
+
+def test_select_cli_writes_a_plan_directory_that_run_runs(tmp_path: Path, capsys):
+    out = tmp_path / "lenet.plan"
+    code = main(["select", "lenet5", "--agent", "greedy", "--quick", "-o", str(out), "--table-dir", str(tmp_path),
+                 "--libraries", "ort,torch", "--threads", "1"])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "plans run end to end" in printed and "timing noise of this run" in printed and "wrote" in printed
+    assert main(["run", str(out), "--quick"]) == 0
+    printed = capsys.readouterr().out
+    assert "plan/ORT" in printed and "agrees with ONNX Runtime" in printed
+
+
+def test_select_bad_options_exit_2(capsys, tmp_path: Path):
+    assert main(["select", "lenet5", "--libraries", "ort,cudnn"]) == 2
+    assert main(["select", "lenet5", "--threads", "0"]) == 2
+    assert main(["select", "lenet5", "--tuning-db", str(tmp_path / "nowhere")]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 3 and all(line.startswith("rlcompile: error:") for line in errors)
