@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from rlcompile.errors import ModelError
 from rlcompile.layer import libraries
 from rlcompile.layer.api import fused_model
 from rlcompile.layer.groups import FusionGroup, fusion_groups, name_nodes
@@ -56,9 +57,9 @@ from rlcompile.models.zoo import cache_dir
 from rlcompile.threads import spinning_allowed
 from rlcompile.verify import compare_outputs
 
-GROUP_TABLE_VERSION = 4
+GROUP_TABLE_VERSION = 5
 #: Timing of a whole single-library plan during calibration.
-PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=10, min_time_s=0.5, max_time_s=10.0, floor_repeats=3)
+PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=6.0, floor_repeats=3)
 #: Alternations per boundary measurement (median of the B calls).
 BOUNDARY_REPEATS = 25
 #: Calibration factors outside this range mean the boundary model is badly off; they are clipped.
@@ -132,16 +133,22 @@ def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, librarie
             return LookupTable.from_json(json.loads(path.read_text())), True
         except (ValueError, KeyError, TypeError):
             progress(f"ignoring unreadable table {path}")
-    table = profile_groups(grouped, created, threads, progress)
+    partial = path.with_name(path.name + ".partial")
+    table = profile_groups(grouped, created, threads, progress, checkpoint=partial)
     save_table(table, path)
+    partial.unlink(missing_ok=True)
     return table, False
 
 
 def profile_groups(grouped: GroupedModel, created: Mapping[str, libraries.Library], threads: int,
                    progress: Progress = lambda m: None, timing: MeasureConfig = LAYER_TIMING,
-                   ) -> LookupTable:  # fmt: skip
-    """Standalone group times, boundary costs, then the calibration on single-library plans."""
-    standalone, rejected = time_groups(grouped, created, threads, progress, timing)
+                   checkpoint: Path | None = None) -> LookupTable:  # fmt: skip
+    """Standalone group times, boundary costs, then the calibration on single-library plans.
+
+    With ``checkpoint``, every profiled group is saved there at once and reused by the next run, so an
+    interrupted profile resumes at the group where it stopped.
+    """
+    standalone, rejected = time_groups(grouped, created, threads, progress, timing, checkpoint)
     edges = group_edges(grouped)
     progress(f"measuring boundary costs between {', '.join(created)}")
     conversions = time_boundaries(edges, created, threads)
@@ -152,12 +159,30 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, libraries.Librar
     return table
 
 
-def time_groups(grouped, created, threads, progress, timing) -> tuple[dict, dict]:
+def read_checkpoint(path: Path | None) -> tuple[dict, dict]:
+    try:
+        saved = json.loads(path.read_text()) if path is not None and path.exists() else {}
+        return saved.get("standalone", {}), saved.get("rejected", {})
+    except (OSError, ValueError, AttributeError):
+        return {}, {}
+
+
+def write_checkpoint(path: Path | None, standalone: dict, rejected: dict) -> None:
+    if path is not None:
+        scratch = path.with_name(path.name + ".tmp")
+        scratch.write_text(json.dumps({"standalone": standalone, "rejected": rejected}))
+        scratch.replace(path)
+
+
+def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | None = None) -> tuple[dict, dict]:
     """{group: {library: standalone ms}} and {group: {library: why not}}."""
     extractor = SegmentExtractor(grouped.proto, grouped.examples)
-    standalone: dict[str, dict[str, float]] = {}
-    rejected: dict[str, dict[str, str]] = {}
+    standalone, rejected = read_checkpoint(checkpoint)
+    if standalone:
+        progress(f"resuming the profile: {len(standalone)} of {len(grouped.groups)} groups already measured")
     for index, group in enumerate(grouped.groups):
+        if group.name in standalone and set(standalone[group.name]) | set(rejected.get(group.name, {})) >= set(created):
+            continue
         progress(f"profiling group {index + 1}/{len(grouped.groups)}: {group.name} ({group.describe()})")
         proto = extractor.extract(Segment("", [index], group.inputs, group.outputs), f"group{index:03d}")
         members = set(group.nodes)
@@ -173,7 +198,8 @@ def time_groups(grouped, created, threads, progress, timing) -> tuple[dict, dict
                 rejected.setdefault(group.name, {})[name] = reason
         if libraries.REFERENCE not in standalone[group.name]:
             why = rejected.get(group.name, {}).get(libraries.REFERENCE, "?")
-            raise RuntimeError(f"ONNX Runtime cannot run group {group.name} on its own: {why}")
+            raise ModelError(f"ONNX Runtime cannot run group {group.name} on its own: {why}")
+        write_checkpoint(checkpoint, standalone, rejected)
     return standalone, rejected
 
 
@@ -283,7 +309,7 @@ def single_library_plan(table: LookupTable, library: str) -> list[str]:
 def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Progress) -> None:
     """Scale each library's in-context estimates so the table predicts its measured single-library plan.
 
-    The single-library plans are timed alternately (two rounds), so a slow spell of a shared machine
+    The single-library plans are timed alternately (five rounds), so a slow spell of a shared machine
     does not land on one library's factor.
     """
     raw = {name: dict(options) for name, options in table.options.items()}
@@ -295,7 +321,7 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     progress(f"calibrating: {', '.join(plans)} each wherever it can run, end to end, alternately")
     feeds = grouped.feeds
     engines = [grouped.engine(plan, threads, created) for plan in plans.values()]
-    stats = measure_alternating([lambda engine=engine: engine.run(feeds) for engine in engines], PLAN_TIMING)
+    stats = measure_alternating([lambda engine=engine: engine.run(feeds) for engine in engines], PLAN_TIMING, rounds=5)
     measured = {name: result.median_ms for name, result in zip(plans, stats, strict=True)}
     factors: dict[str, float] = {}
     for library, plan in plans.items():

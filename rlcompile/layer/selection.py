@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,8 @@ from rlcompile.verify import Agreement, compare_outputs
 TIE_BAND = 0.02
 #: A second, identical ONNX Runtime session timed with the others: its ratio to the first is the noise.
 NOISE_PROBE = "ort native (identical session)"
+#: Alternation rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
+ROUNDS = 5
 Progress = Callable[[str], None]
 
 
@@ -223,10 +225,16 @@ def run_candidates(model: LoadedModel, grouped: GroupedModel, candidates: list[C
     natives = native_timers(model, feeds, threads, created)
     progress(f"timing {len(runnable)} plans and {len(natives)} native runs alternately")
     timers = [lambda c=c: c.engine.run(feeds) for c in runnable] + list(natives.values())
-    stats = measure_alternating(timers, timing)
+    stats = measure_alternating(timers, interleaved(timing), rounds=ROUNDS)
     for candidate, measured in zip(runnable, stats, strict=False):
         candidate.measured = measured
     return dict(zip(natives, stats[len(runnable) :], strict=True))
+
+
+def interleaved(timing: MeasureConfig, rounds: int = ROUNDS) -> MeasureConfig:
+    """``timing`` spread over ``rounds`` shorter blocks: the same time in all, finer alternation."""
+    return replace(timing, min_time_s=timing.min_time_s * 2 / rounds,
+                   min_repeats=max(3, timing.min_repeats * 2 // rounds))  # fmt: skip
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:

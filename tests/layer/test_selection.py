@@ -97,3 +97,26 @@ def test_select_bad_options_exit_2(capsys, tmp_path: Path):
     assert main(["select", "lenet5", "--tuning-db", str(tmp_path / "nowhere")]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 3 and all(line.startswith("rlcompile: error:") for line in errors)
+
+
+def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: Path):
+    from rlcompile.layer import libraries
+    from rlcompile.layer.group_table import group_model, load_or_profile_groups
+
+    grouped = group_model(load_model("lenet5"))
+    created = {"ort": libraries.create("ort")}
+    path = tmp_path / "table.json"
+
+    def interrupt_at_group_3(message: str) -> None:
+        if message.startswith("profiling group 3/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        load_or_profile_groups(grouped, created, 1, path, interrupt_at_group_3)
+    assert not path.exists() and path.with_name(path.name + ".partial").exists()
+    messages: list[str] = []
+    table, reused = load_or_profile_groups(grouped, created, 1, path, messages.append)
+    assert not reused and set(table.options) == {group.name for group in grouped.groups}
+    assert "resuming the profile: 2 of" in messages[0]
+    assert not any(message.startswith(("profiling group 1/", "profiling group 2/")) for message in messages)
+    assert not path.with_name(path.name + ".partial").exists()

@@ -10,6 +10,7 @@ deploying on CPU would.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -224,7 +225,8 @@ class TorchLibrary(Library):
             module = SegmentModule(segment)
             inputs = [value for value in segment.graph.input if value.name not in module.constants]
             examples = tuple(example_input(value) for value in inputs)
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still the CPU path
                 traced = torch.jit.trace(module, examples, check_trace=False)
                 function = torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
         except Exception as error:  # a translation or a TorchScript pass refusing the segment
