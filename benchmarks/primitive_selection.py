@@ -234,6 +234,58 @@ def segments_table(rows: list[dict]) -> Table:
     return table
 
 
+def wins_table(rows: list[dict]) -> Table:
+    """Per model: how many groups each library runs fastest (in-context table times) and what that saves."""
+    table = Table(title="Which library wins which fusion groups (table, in context): groups won, ms saved vs ORT")
+    for column in ("model", "thr", "ort", "openvino", "torch", "largest single win", "returned plan"):
+        left = column in ("model", "largest single win", "returned plan")
+        table.add_column(column, justify="left" if left else "right")
+    for row in rows:
+        won: dict[str, list[float]] = {}
+        largest = (0.0, "", "")
+        for group in row["groups"]:
+            times = group["ms"]
+            best = min(times, key=times.get)
+            saved = times["ort"] - times[best]
+            won.setdefault(best, []).append(saved)
+            if saved > largest[0]:
+                largest = (saved, best, f"{group['ops']} ({group['group'][-24:]})")
+        cells = [f"{len(won.get(name, []))} / {sum(won.get(name, [])):.2f}" for name in ("ort", "openvino", "torch")]
+        big = f"{largest[1]}: {largest[2]} -{largest[0]:.3f} ms" if largest[1] else "-"
+        table.add_row(row["model"], str(row["threads"]), *cells, big, ", ".join(row["chosen"]["labels"]))
+    return table
+
+
+def plot_segments(rows: list[dict], path: Path) -> None:
+    """Measured latency of every plan and native run, relative to the faster native, per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = ["ort native", "openvino native", "single:ort", "single:openvino", "single:torch", "qlearning", "exact",
+              "returned"]  # fmt: skip
+    figure, axis = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 4.5))
+    width = 0.8 / len(labels)
+    for offset, label in enumerate(labels):
+        values = []
+        for row in rows:
+            natives = row["native_ms"]
+            best = min(natives["ort native"], natives.get("openvino native", np.inf))
+            by_label = {name: c["measured_ms"] for c in row["candidates"] for name in c["labels"]}
+            value = {"returned": row["chosen"]["measured_ms"], **natives, **by_label}.get(label)
+            values.append(value / best if value else np.nan)
+        axis.bar(np.arange(len(rows)) + offset * width, values, width, label=label)
+    axis.axhline(1.0, color="black", linewidth=0.8)
+    axis.set_xticks(np.arange(len(rows)) + 0.4, [f"{r['model']}\n{r['threads']} thr" for r in rows], fontsize=7)
+    axis.set_ylabel("latency / faster native")
+    axis.set_ylim(0.6, 2.0)
+    axis.legend(fontsize=7, ncol=4)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -241,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("segments", "all"):
         rows = segment_rows(args, timing)
         console.print(segments_table(rows))
-        console.print(f"wrote {args.out / 'segments.json'}")
+        console.print(wins_table(rows))
+        plot_segments(rows, args.out / "segments.png")
+        console.print(f"wrote {args.out / 'segments.json'} and {args.out / 'segments.png'}")
     if args.part == "segments":
         return 0
     rows = []

@@ -43,7 +43,7 @@ from rlcompile.layer.segments import (
     boundary_values,
     cut_segments,
 )
-from rlcompile.layer.table import LAYER_TIMING, LookupTable, save_table, shape_key
+from rlcompile.layer.table import LAYER_TIMING, LookupTable, save_table, shape_key, time_if_agrees
 from rlcompile.measure import (
     MeasureConfig,
     cpu_model,
@@ -52,10 +52,9 @@ from rlcompile.measure import (
     measure_latency,
     package_versions,
 )
-from rlcompile.models.onnx_model import LoadedModel, first_line
+from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.models.zoo import cache_dir
 from rlcompile.threads import spinning_allowed
-from rlcompile.verify import compare_outputs
 
 GROUP_TABLE_VERSION = 5
 #: Timing of a whole single-library plan during calibration.
@@ -207,15 +206,12 @@ def time_group(library, proto, nodes, inputs, expected, threads, timing) -> tupl
     """(median ms, None) when the library runs the group and agrees with ORT; (nan, why not) otherwise."""
     if not library.supports(nodes):
         return float("nan"), "unsupported operator"
-    try:
+
+    def prepare():
         runner = library.compile(proto, threads)
-        outputs = runner(inputs)
-    except Exception as error:  # a library refusing a group is data, not a crash
-        return float("nan"), f"failed: {first_line(error)}"
-    agreement = compare_outputs(expected, outputs)
-    if not agreement.within():
-        return float("nan"), f"disagrees with ONNX Runtime (max rel err {agreement.max_rel:.1e})"
-    return measure_latency(lambda: runner(inputs), timing).median_ms, None
+        return (lambda: runner(inputs)), runner(inputs)
+
+    return time_if_agrees(prepare, expected, timing, "ONNX Runtime")
 
 
 def probe_model(shape: tuple[int, ...], depth: int) -> onnx.ModelProto:

@@ -136,18 +136,30 @@ def random_activation(shape: tuple[int, ...], rng: np.random.Generator) -> np.nd
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def time_primitive(primitive, layer, inputs, reference, timing) -> tuple[float, str | None]:
-    """(median ms, None) if the primitive agrees with the reference; (nan, why not) otherwise."""
+def time_if_agrees(prepare: Callable[[], tuple[Callable[[], object], list]], reference: list, timing: MeasureConfig,
+                   reference_name: str) -> tuple[float, str | None]:  # fmt: skip
+    """(median ms, None) when ``prepare()`` -> (call, outputs) works and its outputs agree with ``reference``;
+    (nan, why not) otherwise. A library refusing a layer is data, not a crash."""
     try:
-        kernel = primitive.prepare(layer)
-        converted = [primitives.convert(x, "nchw", primitive.layout) for x in inputs]
-        outputs = [primitives.convert(np.asarray(y), primitive.layout, "nchw") for y in kernel(converted)]
-    except Exception as error:  # a library refusing a layer is data, not a crash
+        call, outputs = prepare()
+    except Exception as error:
         return float("nan"), f"failed: {first_line(error)}"
     agreement = compare_outputs(reference, outputs)
     if not agreement.within():
-        return float("nan"), f"disagrees with {primitives.DEFAULT} (max rel err {agreement.max_rel:.1e})"
-    return measure_latency(lambda: kernel(converted), timing).median_ms, None
+        return float("nan"), f"disagrees with {reference_name} (max rel err {agreement.max_rel:.1e})"
+    return measure_latency(call, timing).median_ms, None
+
+
+def time_primitive(primitive, layer, inputs, reference, timing) -> tuple[float, str | None]:
+    """(median ms, None) if the primitive agrees with the reference; (nan, why not) otherwise."""
+
+    def prepare():
+        kernel = primitive.prepare(layer)
+        converted = [primitives.convert(x, "nchw", primitive.layout) for x in inputs]
+        outputs = [primitives.convert(np.asarray(y), primitive.layout, "nchw") for y in kernel(converted)]
+        return (lambda: kernel(converted)), outputs
+
+    return time_if_agrees(prepare, reference, timing, primitives.DEFAULT)
 
 
 def time_conversions(edges: list[Edge], timing: MeasureConfig, rng: np.random.Generator) -> dict[str, dict[str, float]]:
