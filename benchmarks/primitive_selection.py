@@ -206,9 +206,11 @@ def segment_rows(args: argparse.Namespace, timing) -> list[dict]:
 
 
 def segments_table(rows: list[dict]) -> Table:
-    table = Table(title="Segment engine end to end: measured ms (median) and predicted, ratios to the faster native")
-    columns = ("model", "thr", "ORT native", "OV native", "noise", "single:ort", "single:openvino", "single:torch",
-               "qlearning", "exact", "returned", "returned / best native", "pred. err", "QL gap", "returned mix")
+    table = Table(title="Segment engine end to end: measured ms, median (table prediction x drift), ratios to the "
+                  "faster native; noise = two identical ORT sessions; drift = ORT native now / at calibration")
+    columns = ("model", "thr", "ORT native", "OV native", "noise", "drift", "single:ort", "single:openvino",
+               "single:torch", "qlearning", "exact", "returned", "returned / best native", "pred. err", "QL gap",
+               "returned mix")
     for column in columns:
         table.add_column(column, justify="left" if column in ("model", "returned mix") else "right")
     for row in rows:
@@ -216,17 +218,18 @@ def segments_table(rows: list[dict]) -> Table:
         best_native = min(natives.get("ort native", np.inf), natives.get("openvino native", np.inf))
         by_label = {label: c for c in row["candidates"] for label in c["labels"]}
 
-        def cell(label: str, by_label=by_label) -> str:
+        def cell(label: str, by_label=by_label, row=row) -> str:
             c = by_label.get(label)
             if c is None or c["measured_ms"] is None:
                 return "-"
-            return f"{c['measured_ms']:.2f} ({c['predicted_ms']:.2f})"
+            return f"{c['measured_ms']:.2f} ({c['predicted_ms'] * row['drift']:.2f})"
 
         chosen = row["chosen"]
-        error = chosen["measured_ms"] / chosen["predicted_ms"] - 1
+        error = chosen["measured_ms"] / (chosen["predicted_ms"] * row["drift"]) - 1
         mix = ", ".join(f"{k} x{v}" for k, v in chosen["library_mix"].items())
         table.add_row(row["model"], str(row["threads"]), f"{natives['ort native']:.2f}",
                       f"{natives.get('openvino native', float('nan')):.2f}", f"{100 * (row['noise'] or 0):.1f}%",
+                      f"{row['drift']:.2f}",
                       cell("single:ort"), cell("single:openvino"), cell("single:torch"), cell("qlearning"),
                       cell("exact"), f"{chosen['measured_ms']:.2f} ({', '.join(chosen['labels'])})",
                       f"{chosen['measured_ms'] / best_native:.3f}", f"{100 * error:+.1f}%",

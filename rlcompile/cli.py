@@ -327,9 +327,14 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
     stdout.print(candidates_table(selection))
     chosen = selection.chosen
     summary = (f"chosen: {', '.join(chosen.labels)}: {chosen.segments} segment(s), measured "
-               f"{chosen.measured.median_ms:.3f} ms, table predicted {chosen.predicted_ms:.3f} ms; "
+               f"{chosen.measured.median_ms:.3f} ms, table predicted {selection.expected_ms(chosen):.3f} ms; "
                f"outputs agree with ONNX Runtime (max rel err {chosen.agreement.max_rel:.1e})")  # fmt: skip
     stdout.print(summary, highlight=False)
+    then = selection.table.notes.get("ort_native_ms")
+    if then:
+        stdout.print(f"machine speed since the table was calibrated: ORT native {then:.3f} -> "
+                     f"{selection.natives['ort native'].median_ms:.3f} ms (x{selection.drift:.2f}); "
+                     "predictions are compared at today's speed")  # fmt: skip
     if selection.noise is not None:
         noise = 100 * selection.noise
         stdout.print(f"timing noise of this run: two identical ONNX Runtime sessions differ by {noise:.1f}%")

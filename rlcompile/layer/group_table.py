@@ -23,12 +23,13 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from rlcompile.backends.ort import OrtBackend
 from rlcompile.errors import ModelError
 from rlcompile.layer import libraries
 from rlcompile.layer.api import fused_model
@@ -56,7 +57,7 @@ from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.models.zoo import cache_dir
 from rlcompile.threads import spinning_allowed
 
-GROUP_TABLE_VERSION = 5
+GROUP_TABLE_VERSION = 6
 #: Timing of a whole single-library plan during calibration.
 PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=6.0, floor_repeats=3)
 #: Alternations per boundary measurement (median of the B calls).
@@ -79,6 +80,8 @@ class GroupedModel:
     outputs: list[str]
     #: the model's random inputs and every value that crosses a group boundary, from one ORT run
     examples: dict[str, np.ndarray]
+    #: the model as loaded (before folding), what ONNX Runtime native runs
+    original: LoadedModel | None = field(default=None, repr=False)
 
     @property
     def feeds(self) -> dict[str, np.ndarray]:
@@ -100,7 +103,8 @@ def group_model(model: LoadedModel, seed: int = 0) -> GroupedModel:
     groups = fusion_groups(proto)
     feeds = model.random_inputs(seed)
     examples = dict(feeds) | boundary_values(proto, feeds, [name for group in groups for name in group.outputs])
-    return GroupedModel(model.name, proto, groups, list(feeds), [value.name for value in proto.graph.output], examples)
+    outputs = [value.name for value in proto.graph.output]
+    return GroupedModel(model.name, proto, groups, list(feeds), outputs, examples, model)
 
 
 def group_edges(grouped: GroupedModel) -> list[Edge]:
@@ -314,11 +318,13 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     ordered = sorted(created, key=lambda name: name != table.default)  # the default first: others lean on it
     plans = {name: single_library_plan(table, name) for name in ordered}
     plans = {name: plan for name, plan in plans.items() if name == table.default or name in plan}
-    progress(f"calibrating: {', '.join(plans)} each wherever it can run, end to end, alternately")
+    progress(f"calibrating: {', '.join(plans)} each wherever it can run, end to end, alternately with ORT native")
     feeds = grouped.feeds
     engines = [grouped.engine(plan, threads, created) for plan in plans.values()]
-    stats = measure_alternating([lambda engine=engine: engine.run(feeds) for engine in engines], PLAN_TIMING, rounds=5)
-    measured = {name: result.median_ms for name, result in zip(plans, stats, strict=True)}
+    timers = [lambda engine=engine: engine.run(feeds) for engine in engines]
+    native = OrtBackend("all", threads=threads).prepare(grouped.original).timer(feeds) if grouped.original else None
+    stats = measure_alternating([*timers, *([native] if native else [])], PLAN_TIMING, rounds=5)
+    measured = {name: result.median_ms for name, result in zip(plans, stats, strict=False)}
     factors: dict[str, float] = {}
     for library, plan in plans.items():
         problem = SelectionProblem(table)
@@ -334,4 +340,4 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
             if library in table.options[name]:
                 table.options[name][library] = estimated[name][library] * factors[library]
     table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": factors,
-                   "single_library_ms": measured}  # fmt: skip
+                   "single_library_ms": measured, "ort_native_ms": stats[-1].median_ms if native else None}  # fmt: skip

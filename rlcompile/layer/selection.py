@@ -95,6 +95,21 @@ class Selection:
     unavailable: dict[str, str] = field(default_factory=dict)
 
     @property
+    def drift(self) -> float:
+        """How much slower this machine runs ORT native now than when the table was calibrated (1 if unknown).
+
+        A shared machine's speed changes over minutes; the table's predictions are scaled by this to be
+        compared with today's measurements.
+        """
+        then = self.table.notes.get("ort_native_ms")
+        now = self.natives.get("ort native")
+        return now.median_ms / then if then and now else 1.0
+
+    def expected_ms(self, candidate: Candidate) -> float:
+        """The candidate's table prediction at the machine's current speed."""
+        return candidate.predicted_ms * self.drift
+
+    @property
     def noise(self) -> float | None:
         """|ratio - 1| of two identical ONNX Runtime sessions timed in this run."""
         if NOISE_PROBE not in self.natives or "ort native" not in self.natives:
@@ -121,6 +136,8 @@ class Selection:
             "chosen": self.chosen.to_dict(),
             "native_ms": {name: stats.median_ms for name, stats in self.natives.items()},
             "noise": self.noise,
+            "drift": self.drift,
+            "expected_ms": {", ".join(c.labels): self.expected_ms(c) for c in self.candidates},
             "groups": self.group_rows(),
         }
 

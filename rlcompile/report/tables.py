@@ -154,7 +154,8 @@ def candidates_table(selection) -> Table:
     """``rlcompile select``: every plan that was run, predicted vs measured, against the native runs."""
     ort_native = selection.natives.get("ort native")
     table = Table(title=f"{selection.model.name}: plans run end to end ({selection.threads} threads)")
-    for column in ("plan", "segments", "library mix", "predicted ms", "measured ms", "measured/predicted",
+    drift = selection.drift
+    for column in ("plan", "segments", "library mix", "predicted ms", "measured ms", f"measured/(pred. x {drift:.2f})",
                    "vs ORT native", "agrees"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("plan", "library mix") else "right")
     for candidate in selection.candidates:
@@ -166,7 +167,7 @@ def candidates_table(selection) -> Table:
         measured = candidate.measured.median_ms
         versus = f"{measured / ort_native.median_ms:.3f}x" if ort_native else ""
         table.add_row(label, str(candidate.segments), mix, f"{candidate.predicted_ms:.3f}", f"{measured:.3f}",
-                      f"{measured / candidate.predicted_ms:.2f}", versus, "yes")  # fmt: skip
+                      f"{measured / selection.expected_ms(candidate):.2f}", versus, "yes")  # fmt: skip
     for name, stats in selection.natives.items():
         versus = f"{stats.median_ms / ort_native.median_ms:.3f}x" if ort_native else ""
         table.add_row(f"[dim]{name} (original model)[/dim]", "", "", "", f"{stats.median_ms:.3f}", "", versus, "")
