@@ -30,7 +30,7 @@ from rlcompile.layer.group_table import (
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import SegmentEngine
 from rlcompile.layer.solvers import SolverResult
-from rlcompile.layer.table import LookupTable
+from rlcompile.layer.table import LookupTable, save_table
 from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
 from rlcompile.models.onnx_model import LoadedModel, first_line
 from rlcompile.verify import Agreement, compare_outputs
@@ -39,6 +39,8 @@ from rlcompile.verify import Agreement, compare_outputs
 TIE_BAND = 0.02
 #: A second, identical ONNX Runtime session timed with the others: its ratio to the first is the noise.
 NOISE_PROBE = "ort native (identical session)"
+#: The learned factor on boundaries between libraries stays within this range.
+BOUNDARY_SCALE_RANGE = (1.0, 20.0)
 #: Alternation rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
 ROUNDS = 5
 Progress = Callable[[str], None]
@@ -163,22 +165,71 @@ def create_libraries(names: list[str], tuning_db: Path | None) -> tuple[dict[str
     return created, unavailable
 
 
-def candidate_plans(problem: SelectionProblem, result: SolverResult, agent: str) -> list[Candidate]:
-    """The agent's plan, the exact optimum and each single-library plan, identical plans merged."""
-    table = problem.table
-    named = [(agent, problem.names(result.plan)), ("exact", problem.names(exact(problem).plan))]
-    named += [(f"single:{name}", dict(zip(table.layers, single_library_plan(table, name), strict=True)))
-              for name in table.layouts]  # fmt: skip
-    merged: dict[tuple, Candidate] = {}
+def plan_choices(problem: SelectionProblem, assignment: list[str]) -> list[int]:
+    return [next(i for i, o in enumerate(problem.options[k]) if o.primitive == lib) for k, lib in enumerate(assignment)]
+
+
+def candidate_plans(problem: SelectionProblem, named: list[tuple[str, list[int] | list[str]]],
+                    known: list[Candidate] | None = None) -> list[Candidate]:  # fmt: skip
+    """Candidates for ``named`` plans (choice indices or library names), merged with ``known`` ones."""
+    merged: dict[tuple, Candidate] = {tuple(c.assignment): c for c in known or []}
     for label, plan in named:
-        assignment = [plan[name] for name in table.layers]
+        assignment = [problem.options[k][c].primitive if isinstance(c, int) else c for k, c in enumerate(plan)]
         key = tuple(assignment)
         if key in merged:
-            merged[key].labels.append(label)
+            if label not in merged[key].labels:
+                merged[key].labels.append(label)
             continue
-        choices = [next(i for i, o in enumerate(problem.options[k]) if o.primitive == lib) for k, lib in enumerate(key)]
-        merged[key] = Candidate([label], assignment, problem.total(choices))
+        merged[key] = Candidate([label], assignment, problem.total(plan_choices(problem, assignment)))
     return list(merged.values())
+
+
+def first_candidates(problem: SelectionProblem, result: SolverResult, agent: str) -> list[Candidate]:
+    """The agent's plan, the exact optimum and each single-library plan, identical plans merged."""
+    named = [(agent, result.plan), ("exact", exact(problem).plan)]
+    named += [(f"single:{name}", single_library_plan(problem.table, name)) for name in problem.table.layouts]
+    return candidate_plans(problem, named)
+
+
+def is_mixed(candidate: Candidate) -> bool:
+    return len(set(candidate.assignment)) > 1
+
+
+def fit_boundary_scale(problem: SelectionProblem, candidates: list[Candidate], drift: float) -> float:
+    """The factor on library-to-library boundaries that makes the table predict the measured mixed plans.
+
+    Only up (>= 1): a table whose boundaries are too cheap lets the solver switch libraries for gains
+    that are within its estimation error (the optimiser's curse); the measured mixed plans show by how
+    much. The median over the mixed plans measured, clipped to :data:`BOUNDARY_SCALE_RANGE`.
+    """
+    table = problem.table
+    ratios = []
+    for candidate in candidates:
+        if not is_mixed(candidate) or candidate.measured is None:
+            continue
+        choices = plan_choices(problem, candidate.assignment)
+        groups = sum(problem.options[k][c].ms for k, c in enumerate(choices))
+        crossing = problem.total(choices) - groups
+        host = crossing - library_boundaries(problem, choices)
+        between = crossing - host
+        if between > 0:
+            ratios.append((candidate.measured.median_ms / drift - groups - host) / between * table.boundary_scale)
+    if not ratios:
+        return table.boundary_scale
+    return float(np.clip(np.median(ratios), *BOUNDARY_SCALE_RANGE))
+
+
+def library_boundaries(problem: SelectionProblem, choices: list[int]) -> float:
+    """The plan's boundary cost between two libraries (not to or from the caller), at the table's scale."""
+    table = problem.table
+    total = 0.0
+    for consumer, edges in enumerate(problem.incoming):
+        target = problem.options[consumer][choices[consumer]].layout
+        for edge in edges:
+            if edge.producer >= 0:
+                source = problem.options[edge.producer][choices[edge.producer]].layout
+                total += table.conversion_ms(edge.shape, source, target)
+    return total
 
 
 def pick(candidates: list[Candidate], tie_band: float = TIE_BAND) -> Candidate:
@@ -214,38 +265,84 @@ def select_segments(
     problem = SelectionProblem(table)
     progress(f"solving with {agent} over {len(problem)} fusion groups")
     result = solver.solve(problem, seed)
-    candidates = candidate_plans(problem, result, agent)
-    natives = run_candidates(model, grouped, candidates, created, threads, timing, progress)
-    chosen = pick(candidates)
-    return Selection(model, grouped, agent, threads, table, path, reused, result, candidates, chosen, natives,
-                     unavailable)  # fmt: skip
-
-
-def run_candidates(model: LoadedModel, grouped: GroupedModel, candidates: list[Candidate], created, threads: int,
-                   timing: MeasureConfig, progress: Progress) -> dict[str, LatencyStats]:  # fmt: skip
-    """Compile and verify every candidate, then time them alternately with the libraries run natively."""
-    feeds = grouped.feeds
-    reference = run_proto(model.proto, feeds)
+    candidates = first_candidates(problem, result, agent)
+    reference = run_proto(model.proto, grouped.feeds)
+    compile_candidates(grouped, candidates, created, threads, reference, progress)
+    natives = native_timers(model, grouped.feeds, threads, created)
+    if any(is_mixed(c) and c.engine for c in candidates):
+        problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
+                                 progress)  # fmt: skip
+        save_table(problem.table, path)
+        compile_candidates(grouped, candidates, created, threads, reference, progress)
     for candidate in candidates:
+        candidate.predicted_ms = problem.total(plan_choices(problem, candidate.assignment))
+    stats = time_candidates(grouped, candidates, natives, timing, progress)
+    return Selection(model, grouped, agent, threads, problem.table, path, reused, result, candidates, pick(candidates),
+                     stats, unavailable)  # fmt: skip
+
+
+def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],
+           feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig,
+           progress: Progress) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
+    """Learn the boundary scale from a first, short measurement of the plans; solve again with it.
+
+    The plans found on the corrected table join the candidates (labelled "(refined)"), so the final
+    measurement compares the first and the refined answers side by side.
+    """
+    progress("probing the plans to check the table's boundary costs")
+    probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
+    stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds)
+    then = problem.table.notes.get("ort_native_ms")
+    drift = stats["ort native"].median_ms / then if then else 1.0
+    scale = fit_boundary_scale(problem, candidates, drift)
+    if scale > problem.table.boundary_scale * 1.05:
+        progress(f"boundaries between libraries cost x{scale:.2f} the table's estimate: solving again")
+        problem.table.boundary_scale = scale
+        problem = SelectionProblem(problem.table)
+        result = solver.solve(problem, seed)
+        refined = [(f"{agent} (refined)", result.plan), ("exact (refined)", exact(problem).plan)]
+        candidates[:] = candidate_plans(problem, refined, candidates)
+    for candidate in candidates:
+        candidate.measured = None
+    return problem, result
+
+
+def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], created, threads: int,
+                       reference: list[np.ndarray], progress: Progress) -> None:  # fmt: skip
+    """Compile and verify every candidate that has no engine yet (a failure is recorded, never fatal)."""
+    for candidate in candidates:
+        if candidate.engine is not None or candidate.error is not None:
+            continue
         progress(f"compiling and checking the plan of {', '.join(candidate.labels)}")
         try:
             candidate.engine = grouped.engine(candidate.assignment, threads, created)
-            candidate.agreement = compare_outputs(reference, candidate.engine.run(feeds))
+            candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
         except Exception as error:  # a plan that cannot be built is reported, never fatal
             candidate.error = first_line(error)
             continue
         if not candidate.agreement.within():
             candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
-    runnable = [c for c in candidates if c.engine is not None and c.error is None]
-    if not runnable:
+    if not any(c.engine is not None and c.error is None for c in candidates):
         raise RuntimeError("no candidate plan ran and agreed with ONNX Runtime")
-    natives = native_timers(model, feeds, threads, created)
-    progress(f"timing {len(runnable)} plans and {len(natives)} native runs alternately")
-    timers = [lambda c=c: c.engine.run(feeds) for c in runnable] + list(natives.values())
-    stats = measure_alternating(timers, interleaved(timing), rounds=ROUNDS)
+
+
+def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callable], timing: MeasureConfig,
+                         feeds: dict[str, np.ndarray]) -> dict[str, LatencyStats]:  # fmt: skip
+    """Time the runnable candidates and the native runs alternately; fills ``candidate.measured``."""
+    runnable = [c for c in candidates if c.engine is not None and c.error is None]
+    timers = [lambda c=c: c.engine.run(feeds) for c in runnable]
+    stats = measure_alternating([*timers, *natives.values()], interleaved(timing), rounds=ROUNDS)
     for candidate, measured in zip(runnable, stats, strict=False):
         candidate.measured = measured
     return dict(zip(natives, stats[len(runnable) :], strict=True))
+
+
+def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
+                    timing: MeasureConfig, progress: Progress) -> dict[str, LatencyStats]:  # fmt: skip
+    """The final measurement: every candidate and every native run, alternately, in one process."""
+    runnable = sum(c.engine is not None and c.error is None for c in candidates)
+    progress(f"timing {runnable} plans and {len(natives)} native runs alternately")
+    return time_candidates_once(candidates, natives, timing, grouped.feeds)
 
 
 def interleaved(timing: MeasureConfig, rounds: int = ROUNDS) -> MeasureConfig:

@@ -53,12 +53,15 @@ class LookupTable:
     default: str = "ort:basic"
     #: how the table was made (calibration, raw measurements), for reports
     notes: dict = field(default_factory=dict)
+    #: factor on the cost of crossing between two non-host domains, learned from measured plans
+    boundary_scale: float = 1.0
 
     def conversion_ms(self, shape: tuple[int, ...], source: str, target: str) -> float:
         """What crossing from ``source`` to ``target`` costs for a tensor of ``shape`` (0 when not measured)."""
         if source == target:
             return 0.0
-        return self.conversions.get(shape_key(shape), {}).get(f"{source}->{target}", 0.0)
+        cost = self.conversions.get(shape_key(shape), {}).get(f"{source}->{target}", 0.0)
+        return cost if self.host in (source, target) else cost * self.boundary_scale
 
     def to_json(self) -> dict:
         return asdict(self) | {"version": TABLE_VERSION, "edges": [asdict(edge) for edge in self.edges]}
