@@ -331,10 +331,14 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
     """Time the runnable candidates and the native runs alternately; fills ``candidate.measured``."""
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
     timers = [lambda c=c: c.engine.run(feeds) for c in runnable]
-    stats = measure_alternating([*timers, *natives.values()], interleaved(timing), rounds=ROUNDS)
-    for candidate, measured in zip(runnable, stats, strict=False):
+    # the noise probe runs first and ORT native last in each round, so their ratio spans the round
+    probe = [name for name in natives if name == NOISE_PROBE]
+    others = [name for name in natives if name != NOISE_PROBE]
+    stats = measure_alternating([*[natives[n] for n in probe], *timers, *[natives[n] for n in others]],
+                                interleaved(timing), rounds=ROUNDS)  # fmt: skip
+    for candidate, measured in zip(runnable, stats[len(probe) :], strict=False):
         candidate.measured = measured
-    return dict(zip(natives, stats[len(runnable) :], strict=True))
+    return dict(zip(probe + others, [*stats[: len(probe)], *stats[len(probe) + len(runnable) :]], strict=True))
 
 
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
@@ -357,7 +361,7 @@ def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int
     ONNX Runtime runs twice, in two identical sessions: their ratio is the timing noise of this run.
     """
     timers = {}
-    for name in ("ort native", NOISE_PROBE):
+    for name in (NOISE_PROBE, "ort native"):
         timers[name] = OrtBackend("all", threads=threads).prepare(model).timer(feeds)
     if "openvino" in created:
         runner = created["openvino"].compile(model.proto, threads)

@@ -120,3 +120,26 @@ def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: 
     assert "resuming the profile: 2 of" in messages[0]
     assert not any(message.startswith(("profiling group 1/", "profiling group 2/")) for message in messages)
     assert not path.with_name(path.name + ".partial").exists()
+
+
+def test_measured_mixed_plans_teach_the_table_what_a_switch_costs():
+    from rlcompile.layer.network import SINK, SOURCE, Edge
+    from rlcompile.layer.problem import SelectionProblem, exact
+    from rlcompile.layer.selection import fit_boundary_scale
+    from rlcompile.layer.table import LookupTable
+
+    # two groups in a chain; "b" is 0.5 ms faster on the second, and the table thinks a switch costs 0.1 ms
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
+    conversions = {"1x8": {"a->b": 0.1, "b->a": 0.1}}
+    table = LookupTable("toy", ["g1", "g2"], {"g1": {"a": 1.0, "b": 2.0}, "g2": {"a": 1.0, "b": 0.5}},
+                        {"a": "a", "b": "b"}, edges, conversions, host="host", default="a")  # fmt: skip
+    problem = SelectionProblem(table)
+    assert problem.names(exact(problem).plan) == {"g1": "a", "g2": "b"}
+    mixed = Candidate(["exact"], ["a", "b"], 1.6, measured=summarize([2.3]))  # the switch really cost 0.8 ms
+    scale = fit_boundary_scale(problem, [mixed], drift=1.0)
+    assert scale == pytest.approx(8.0)
+    table.boundary_scale = scale
+    refined = SelectionProblem(table)
+    assert refined.names(exact(refined).plan) == {"g1": "a", "g2": "a"}
+    single = Candidate(["single"], ["a", "a"], 2.0, measured=summarize([2.0]))
+    assert fit_boundary_scale(refined, [single], 1.0) == scale  # single-library plans teach nothing about switches
