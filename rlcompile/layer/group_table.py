@@ -53,7 +53,7 @@ from rlcompile.measure import (
     measure_latency,
     package_versions,
 )
-from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.models.onnx_model import LoadedModel, first_line
 from rlcompile.models.zoo import cache_dir
 from rlcompile.threads import spinning_allowed
 
@@ -64,6 +64,8 @@ PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=
 BOUNDARY_REPEATS = 25
 #: Calibration factors outside this range mean the boundary model is badly off; they are clipped.
 FACTOR_RANGE = (0.5, 1.5)
+#: Widest last axis a boundary probe multiplies by a square matrix.
+PROBE_MAX_WIDTH = 4096
 #: Timing of the probes that measure what splitting a segment costs.
 BOUNDARY_TIMING = MeasureConfig(warmup=3, min_repeats=15, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
 Progress = Callable[[str], None]
@@ -222,15 +224,21 @@ def probe_model(shape: tuple[int, ...], depth: int) -> onnx.ModelProto:
     """``depth`` chained operators over a float tensor of ``shape`` that keep it and use the thread pool.
 
     A 1x1 convolution (channels to channels) for 4-D tensors, a square MatMul on the last axis otherwise:
-    layout-sensitive and parallel, like the groups on either side of a real boundary.
+    layout-sensitive and parallel, like the groups on either side of a real boundary. A last axis wider
+    than :data:`PROBE_MAX_WIDTH` (a flattened feature map) gets a per-element Mul instead: its square
+    weight would not fit in a protobuf.
     """
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     width = shape[1] if len(shape) == 4 else shape[-1]
-    dims = (width, width, 1, 1) if len(shape) == 4 else (width, width)
-    weight = (rng.standard_normal(dims) / width).astype(np.float32)
-    op = "Conv" if len(shape) == 4 else "MatMul"
+    if len(shape) == 4:
+        op, dims = "Conv", (width, width, 1, 1)
+    elif width <= PROBE_MAX_WIDTH:
+        op, dims = "MatMul", (width, width)
+    else:
+        op, dims = "Mul", (width,)
+    weight = (rng.standard_normal(dims) / np.sqrt(width)).astype(np.float32)
     names = ["x", *[f"y{i}" for i in range(depth)]]
     nodes = [helper.make_node(op, [names[i], "w"], [names[i + 1]], name=f"probe{i}") for i in range(depth)]
     graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
@@ -269,23 +277,31 @@ def time_boundaries(edges: Sequence[Edge], created, threads) -> dict[str, dict[s
     conversions: dict[str, dict[str, float]] = {}
     rng = np.random.default_rng(0)
     for shape in sorted({edge.shape for edge in edges}):
-        array = rng.standard_normal(shape).astype(np.float32)
-        single = {name: library.compile(probe_model(shape, 1), threads) for name, library in created.items()}
-        chain = {name: library.compile(probe_model(shape, 2), threads) for name, library in created.items()}
-        calls = {name: (lambda runner=runner, array=array: runner([array])) for name, runner in single.items()}
-        split = {name: split_ms(lambda x, r=single[name]: r([x]), lambda x, r=chain[name]: r([x]), array)
-                 for name in created}  # fmt: skip
-        after_self = {name: handoff_ms(calls[name], calls[name]) for name in created}
-        entry = {}
-        for target in created:
-            entry[f"host->{target}"] = split[target] / 2
-            entry[f"{target}->host"] = split[target] / 2
-            for source in created:
-                if source != target:
-                    penalty = max(0.0, handoff_ms(calls[source], calls[target]) - after_self[target])
-                    entry[f"{source}->{target}"] = (split[source] + split[target]) / 2 + penalty
-        conversions[shape_key(shape)] = entry | {f"split:{name}": ms for name, ms in split.items()}
+        try:
+            conversions[shape_key(shape)] = time_boundary(shape, created, threads, rng)
+        except Exception as error:  # a probe a library refuses leaves that boundary unpriced, reported
+            conversions[shape_key(shape)] = {"error": first_line(error)}
     return conversions
+
+
+def time_boundary(shape: tuple[int, ...], created, threads: int, rng: np.random.Generator) -> dict[str, float]:
+    """The boundary costs of one tensor shape (see :func:`time_boundaries`)."""
+    array = rng.standard_normal(shape).astype(np.float32)
+    single = {name: library.compile(probe_model(shape, 1), threads) for name, library in created.items()}
+    chain = {name: library.compile(probe_model(shape, 2), threads) for name, library in created.items()}
+    calls = {name: (lambda runner=runner, array=array: runner([array])) for name, runner in single.items()}
+    split = {name: split_ms(lambda x, r=single[name]: r([x]), lambda x, r=chain[name]: r([x]), array)
+             for name in created}  # fmt: skip
+    after_self = {name: handoff_ms(calls[name], calls[name]) for name in created}
+    entry = {}
+    for target in created:
+        entry[f"host->{target}"] = split[target] / 2
+        entry[f"{target}->host"] = split[target] / 2
+        for source in created:
+            if source != target:
+                penalty = max(0.0, handoff_ms(calls[source], calls[target]) - after_self[target])
+                entry[f"{source}->{target}"] = (split[source] + split[target]) / 2 + penalty
+    return entry | {f"split:{name}": ms for name, ms in split.items()}
 
 
 def in_context(table: LookupTable, grouped: GroupedModel) -> dict[str, dict[str, float]]:
@@ -296,7 +312,7 @@ def in_context(table: LookupTable, grouped: GroupedModel) -> dict[str, dict[str,
         result[group.name] = {}
         for library, ms in table.options[group.name].items():
             edges = [shapes[name] for name in [*group.inputs, *group.outputs]]
-            split = sum(table.conversions[shape_key(shape)][f"split:{library}"] for shape in edges) / 2
+            split = sum(table.conversions[shape_key(shape)].get(f"split:{library}", 0.0) for shape in edges) / 2
             result[group.name][library] = max(ms - split, 0.1 * ms)
     return result
 
