@@ -9,8 +9,8 @@ Segments (``--part segments``): for every zoo model and thread count, ``select_s
 Q-learning: ORT native, OpenVINO native, every single-library plan, Q-learning's plan, the exact
 optimum and the returned plan, measured (alternating, one process) and predicted; Q-learning's gap to
 the exact optimum and its episodes; the library mix of the returned plan; the timing noise of two
-identical ORT sessions in the same run. Results go to ``segments.json`` as each model finishes; a
-re-run skips the (model, threads) pairs already there, so a long run can be split or resumed.
+identical sessions of ORT and of OpenVINO in the same run (the larger). Results go to ``segments.json``
+as each model finishes; a re-run skips the (model, threads) pairs already there, so a long run can be split or resumed.
 
 Per model: the lookup table (profiled once, then reused), and on it every single library, random
 search and Q-learning (same episodes, ``--seeds`` seeds each), greedy and the exact optimum. Reports
@@ -207,7 +207,8 @@ def segment_rows(args: argparse.Namespace, timing) -> list[dict]:
 
 def segments_table(rows: list[dict]) -> Table:
     table = Table(title="Segment engine end to end: measured ms, median (table prediction x drift), ratios to the "
-                  "faster native; noise = two identical ORT sessions; drift = ORT native now / at calibration")
+                  "faster native; noise = two identical sessions (ORT, OpenVINO); drift = ORT native now / at "
+                  "calibration")
     columns = ("model", "thr", "ORT native", "OV native", "noise", "drift", "single:ort", "single:openvino",
                "single:torch", "qlearning", "exact", "returned", "returned / best native", "pred. err", "QL gap",
                "returned mix")

@@ -337,7 +337,7 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
                      "predictions are compared at today's speed")  # fmt: skip
     if selection.noise is not None:
         noise = 100 * selection.noise
-        stdout.print(f"timing noise of this run: two identical ONNX Runtime sessions differ by {noise:.1f}%")
+        stdout.print(f"timing noise of this run: two identical sessions of one library differ by up to {noise:.1f}%")
     output = args.output or Path(f"{model.name}.plan")
     save_plan(selection, output, args.tuning_db)
     stdout.print(f"wrote {output}/ (run it with: rlcompile run {output})", highlight=False)

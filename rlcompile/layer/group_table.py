@@ -90,8 +90,16 @@ class GroupedModel:
         return {name: self.examples[name] for name in self.inputs}
 
     def segments(self, assignment: Sequence[str]) -> list[Segment]:
-        """The plan's segments, each with its ONNX model."""
+        """The plan's segments, each with its ONNX model.
+
+        A plan of one segment runs the model as loaded: that library run natively, by construction.
+        """
         segments = cut_segments(self.groups, assignment, self.outputs)
+        if len(segments) == 1 and self.original is not None:
+            whole = segments[0]
+            whole.inputs, whole.outputs = list(self.inputs), list(self.outputs)
+            whole.proto = self.original.proto
+            return segments
         attach_protos(self.proto, segments, self.examples, stem=f"{self.name}_segment")
         return segments
 

@@ -39,6 +39,8 @@ from rlcompile.verify import Agreement, compare_outputs
 TIE_BAND = 0.02
 #: A second, identical ONNX Runtime session timed with the others: its ratio to the first is the noise.
 NOISE_PROBE = "ort native (identical session)"
+OPENVINO_NOISE_PROBE = "openvino native (identical session)"
+PROBES = {NOISE_PROBE: "ort native", OPENVINO_NOISE_PROBE: "openvino native"}
 #: The learned factor on boundaries between libraries stays within this range.
 BOUNDARY_SCALE_RANGE = (1.0, 20.0)
 #: Alternation rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
@@ -113,10 +115,10 @@ class Selection:
 
     @property
     def noise(self) -> float | None:
-        """|ratio - 1| of two identical ONNX Runtime sessions timed in this run."""
-        if NOISE_PROBE not in self.natives or "ort native" not in self.natives:
-            return None
-        return abs(self.natives[NOISE_PROBE].median_ms / self.natives["ort native"].median_ms - 1)
+        """The largest |ratio - 1| of two identical sessions of one library (ORT, OpenVINO) timed in this run."""
+        ratios = [abs(self.natives[probe].median_ms / self.natives[native].median_ms - 1)
+                  for probe, native in PROBES.items() if probe in self.natives and native in self.natives]  # fmt: skip
+        return max(ratios) if ratios else None
 
     def assignment(self) -> dict[str, str]:
         return dict(zip(self.table.layers, self.chosen.assignment, strict=True))
@@ -332,8 +334,8 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
     timers = [lambda c=c: c.engine.run(feeds) for c in runnable]
     # the noise probe runs first and ORT native last in each round, so their ratio spans the round
-    probe = [name for name in natives if name == NOISE_PROBE]
-    others = [name for name in natives if name != NOISE_PROBE]
+    probe = [name for name in natives if name in PROBES]
+    others = [name for name in natives if name not in PROBES]
     stats = measure_alternating([*[natives[n] for n in probe], *timers, *[natives[n] for n in others]],
                                 interleaved(timing), rounds=ROUNDS)  # fmt: skip
     for candidate, measured in zip(runnable, stats[len(probe) :], strict=False):
@@ -364,7 +366,8 @@ def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int
     for name in (NOISE_PROBE, "ort native"):
         timers[name] = OrtBackend("all", threads=threads).prepare(model).timer(feeds)
     if "openvino" in created:
-        runner = created["openvino"].compile(model.proto, threads)
         arrays = list(feeds.values())
-        timers["openvino native"] = lambda: runner(arrays)
+        for name in (OPENVINO_NOISE_PROBE, "openvino native"):
+            runner = created["openvino"].compile(model.proto, threads)
+            timers[name] = lambda runner=runner: runner(arrays)
     return timers
