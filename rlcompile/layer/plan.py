@@ -141,7 +141,7 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
     check_machine(manifest, path)
     threads = threads or manifest["threads"]
     compiled = []
-    exclusive = len({entry["library"] for entry in manifest["segments"]}) == 1
+    exclusive = len(manifest["segments"]) == 1
     for entry in manifest["segments"]:
         onnx_path = path / entry["onnx"]
         proto = onnx.load(str(onnx_path))

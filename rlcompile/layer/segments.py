@@ -125,7 +125,7 @@ class SegmentEngine:
                 created: Mapping[str, libraries.Library] | None = None) -> SegmentEngine:  # fmt: skip
         """Compile every segment with its library (``created`` maps names to configured libraries)."""
         compiled = []
-        exclusive = len({segment.library for segment in segments}) == 1
+        exclusive = len(segments) == 1
         for segment in segments:
             library = (created or {}).get(segment.library) or libraries.create(segment.library)
             started = time.perf_counter()

@@ -43,7 +43,7 @@ class Library(ABC):
     def compile(self, segment: onnx.ModelProto, threads: int, exclusive: bool = False) -> Runner:
         """Compile ``segment`` for ``threads`` threads.
 
-        ``exclusive``: no other library runs in this plan, so the library keeps its own idle-thread policy
+        ``exclusive``: the plan is this one segment, so the library keeps its own idle-thread policy
         (spinning between runs is then free latency) instead of yielding the cores after each call.
         """
 
