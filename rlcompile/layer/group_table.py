@@ -95,7 +95,7 @@ class GroupedModel:
         A plan of one segment runs the model as loaded: that library run natively, by construction.
         """
         segments = cut_segments(self.groups, assignment, self.outputs)
-        if len(segments) == 1 and self.original is not None:
+        if len(segments) == 1 and self.original is not None and self.runs_original(segments[0].library):
             whole = segments[0]
             whole.inputs, whole.outputs = list(self.inputs), list(self.outputs)
             whole.proto = self.original.proto
@@ -106,6 +106,11 @@ class GroupedModel:
     def engine(self, assignment: Sequence[str], threads: int, created: Mapping[str, libraries.Library],
                ) -> SegmentEngine:  # fmt: skip
         return SegmentEngine.compile(self.segments(assignment), self.inputs, self.outputs, threads, created)
+
+
+    def runs_original(self, library: str) -> bool:
+        """Whether ``library`` claims every node of the model as loaded (before BatchNorm folding)."""
+        return libraries.create(library).supports(list(self.original.proto.graph.node))
 
 
 def group_model(model: LoadedModel, seed: int = 0) -> GroupedModel:
@@ -344,8 +349,14 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     plans = {name: plan for name, plan in plans.items() if name == table.default or name in plan}
     progress(f"calibrating: {', '.join(plans)} each wherever it can run, end to end, alternately with ORT native")
     feeds = grouped.feeds
-    engines = [grouped.engine(plan, threads, created) for plan in plans.values()]
-    timers = [lambda engine=engine: engine.run(feeds) for engine in engines]
+    engines = {}
+    for name, plan in plans.items():
+        try:
+            engines[name] = grouped.engine(plan, threads, created)
+        except Exception as error:  # that library keeps its uncalibrated estimates, reported
+            progress(f"calibration: {name}'s single-library plan does not compile ({first_line(error)})")
+    plans = {name: plans[name] for name in engines}
+    timers = [lambda engine=engine: engine.run(feeds) for engine in engines.values()]
     native = OrtBackend("all", threads=threads).prepare(grouped.original).timer(feeds) if grouped.original else None
     stats = measure_alternating([*timers, *([native] if native else [])], PLAN_TIMING, rounds=5)
     measured = {name: result.median_ms for name, result in zip(plans, stats, strict=False)}

@@ -93,6 +93,10 @@ def softmax(F, node, a, x):
     return x.softmax(a.get("axis", -1))
 
 
+def batch_norm(F, node, a, x, scale, bias, mean, variance):
+    return F.batch_norm(x, mean, variance, scale, bias, False, 0.0, a.get("epsilon", 1e-5))
+
+
 def layer_norm(F, node, a, x, weight, bias=None):
     axis = a.get("axis", -1) % x.dim()
     return F.layer_norm(x, tuple(x.shape[axis:]), weight, bias, a.get("epsilon", 1e-5))
@@ -151,6 +155,7 @@ OPS: dict[str, Callable] = {
     "LRN": lrn,
     "ReduceMean": reduce_mean,
     "LayerNormalization": layer_norm,
+    "BatchNormalization": batch_norm,
     "Gather": gather,
     "Unsqueeze": unsqueeze,
     "Cast": cast,
