@@ -70,3 +70,13 @@ def test_library_names_are_checked_and_ort_always_comes_first():
         libraries.parse("ort,mkl")
     with pytest.raises(RlcompileError, match="unknown library"):
         libraries.create("cudnn")
+
+
+def test_tvm_compiles_segments_with_a_kernel_tuning_database(tmp_path: Path):
+    from rlcompile.kernel.workdir import WorkDir
+
+    WorkDir(tmp_path / "work", "llvm")  # an empty database: every task keeps TVM's default schedule
+    proto = cnn_block()
+    x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    runner = libraries.create("tvm", tuning_db=tmp_path / "work").compile(proto, threads=1)
+    assert compare_outputs(run_proto(proto, {"x": x}), runner([x])).within()
