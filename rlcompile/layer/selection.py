@@ -120,9 +120,6 @@ class Selection:
                   for probe, native in PROBES.items() if probe in self.natives and native in self.natives]  # fmt: skip
         return max(ratios) if ratios else None
 
-    def assignment(self) -> dict[str, str]:
-        return dict(zip(self.table.layers, self.chosen.assignment, strict=True))
-
     def to_dict(self) -> dict:
         return {
             "model": self.model.name,
