@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from rlcompile.backends.ort import OrtBackend, run_proto
+from rlcompile.errors import ModelError
 from rlcompile.layer import libraries, solvers
 from rlcompile.layer.group_table import (
     GroupedModel,
@@ -322,7 +323,8 @@ def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], creat
         if not candidate.agreement.within():
             candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
     if not any(c.engine is not None and c.error is None for c in candidates):
-        raise RuntimeError("no candidate plan ran and agreed with ONNX Runtime")
+        raise ModelError("no candidate plan ran and agreed with ONNX Runtime: "
+                         + "; ".join(f"{', '.join(c.labels)}: {c.error}" for c in candidates))  # fmt: skip
 
 
 def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callable], timing: MeasureConfig,
