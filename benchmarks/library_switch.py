@@ -47,7 +47,7 @@ def measure_here(args: argparse.Namespace) -> dict:
     """In this process: the switch cost of every ordered pair of libraries."""
     from rlcompile.layer import libraries
     from rlcompile.layer.group_table import group_model
-    from rlcompile.layer.segments import SegmentEngine, attach_protos, cut_segments
+    from rlcompile.layer.segments import SegmentEngine, cut_segments
     from rlcompile.measure import MeasureConfig
     from rlcompile.models import load_model
 
@@ -61,7 +61,7 @@ def measure_here(args: argparse.Namespace) -> dict:
         for second in names:
             segments = cut_segments(grouped.groups, ["A"] * half + ["B"] * (len(grouped.groups) - half),
                                     grouped.outputs)  # fmt: skip
-            attach_protos(grouped.proto, segments, grouped.examples)
+            grouped.extractor.attach(segments)
             segments[0].library, segments[1].library = first, second
             engine = SegmentEngine.compile(segments, grouped.inputs, grouped.outputs, args.threads, created)
             results[f"{first}->{second}"] = switch_cost(engine, grouped.examples, timing)

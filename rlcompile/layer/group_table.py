@@ -19,6 +19,7 @@ factor absorbs what this model still misses.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -40,7 +41,6 @@ from rlcompile.layer.segments import (
     Segment,
     SegmentEngine,
     SegmentExtractor,
-    attach_protos,
     boundary_values,
     cut_segments,
 )
@@ -100,8 +100,13 @@ class GroupedModel:
             whole.inputs, whole.outputs = list(self.inputs), list(self.outputs)
             whole.proto = self.original.proto
             return segments
-        attach_protos(self.proto, segments, self.examples, stem=f"{self.name}_segment")
+        self.extractor.attach(segments, stem=f"{self.name}_segment")
         return segments
+
+    @functools.cached_property
+    def extractor(self) -> SegmentExtractor:
+        """Extracts this model's segments; built once (it copies the whole model)."""
+        return SegmentExtractor(self.proto, self.examples)
 
     def engine(self, assignment: Sequence[str], threads: int, created: Mapping[str, libraries.Library],
                ) -> SegmentEngine:  # fmt: skip
@@ -194,7 +199,7 @@ def write_checkpoint(path: Path | None, standalone: dict, rejected: dict) -> Non
 
 def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | None = None) -> tuple[dict, dict]:
     """{group: {library: standalone ms}} and {group: {library: why not}}."""
-    extractor = SegmentExtractor(grouped.proto, grouped.examples)
+    extractor = grouped.extractor
     standalone, rejected = read_checkpoint(checkpoint)
     if standalone:
         progress(f"resuming the profile: {len(standalone)} of {len(grouped.groups)} groups already measured")
@@ -323,8 +328,8 @@ def in_context(table: LookupTable, grouped: GroupedModel) -> dict[str, dict[str,
     result = {}
     for group in grouped.groups:
         result[group.name] = {}
+        edges = [shapes[name] for name in [*group.inputs, *group.outputs]]
         for library, ms in table.options[group.name].items():
-            edges = [shapes[name] for name in [*group.inputs, *group.outputs]]
             split = sum(table.conversions[shape_key(shape)].get(f"split:{library}", 0.0) for shape in edges) / 2
             result[group.name][library] = max(ms - split, 0.1 * ms)
     return result
@@ -363,8 +368,7 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     factors: dict[str, float] = {}
     for library, plan in plans.items():
         problem = SelectionProblem(table)
-        choices = [next(i for i, o in enumerate(problem.options[layer]) if o.primitive == name)
-                   for layer, name in enumerate(plan)]  # fmt: skip
+        choices = problem.choices(plan)
         pairs = list(zip(table.layers, plan, strict=True))
         boundaries = problem.total(choices) - sum(table.options[name][lib] for name, lib in pairs)
         others = sum(table.options[name][lib] for name, lib in pairs if lib != library)

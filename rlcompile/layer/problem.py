@@ -14,6 +14,7 @@ series-parallel graphs of CNNs, where few activations are live at once. If the s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlcompile.layer.network import SINK, SOURCE
@@ -82,6 +83,10 @@ class SelectionProblem:
             name: self.options[i][c].primitive for i, (name, c) in enumerate(zip(self.table.layers, plan, strict=True))
         }
 
+    def choices(self, names: Sequence[str]) -> list[int]:
+        """The option index of each layer's named primitive (the inverse of :meth:`names`)."""
+        return [next(i for i, o in enumerate(self.options[k]) if o.primitive == n) for k, n in enumerate(names)]
+
     def fastest(self, layer: int) -> int:
         return min(range(len(self.options[layer])), key=lambda c: self.options[layer][c].ms)
 
@@ -91,7 +96,7 @@ def best_within_library(problem: SelectionProblem, library: str) -> tuple[list[i
     allowed = {name for name in problem.table.layouts if name.split(":")[0] == library} | {problem.table.default}
     restricted = SelectionProblem(problem.table, allowed)
     names = [restricted.options[i][c].primitive for i, c in enumerate(exact(restricted).plan)]
-    plan = [next(j for j, o in enumerate(problem.options[i]) if o.primitive == n) for i, n in enumerate(names)]
+    plan = problem.choices(names)
     return plan, problem.total(plan)
 
 

@@ -96,13 +96,10 @@ class SegmentExtractor:
         proto.opset_import.extend(self.opset_import)
         return proto
 
-
-def attach_protos(model: onnx.ModelProto, segments: Sequence[Segment], examples: Mapping[str, np.ndarray],
-                  stem: str = "segment") -> None:  # fmt: skip
-    """Give every segment its ONNX model (``examples``: :func:`boundary_values` of the model)."""
-    extractor = SegmentExtractor(model, examples)
-    for index, segment in enumerate(segments):
-        segment.proto = extractor.extract(segment, f"{stem}{index:02d}_{segment.library}")
+    def attach(self, segments: Sequence[Segment], stem: str = "segment") -> None:
+        """Give every segment its ONNX model."""
+        for index, segment in enumerate(segments):
+            segment.proto = self.extract(segment, f"{stem}{index:02d}_{segment.library}")
 
 
 @dataclass

@@ -165,10 +165,6 @@ def create_libraries(names: list[str], tuning_db: Path | None) -> tuple[dict[str
     return created, unavailable
 
 
-def plan_choices(problem: SelectionProblem, assignment: list[str]) -> list[int]:
-    return [next(i for i, o in enumerate(problem.options[k]) if o.primitive == lib) for k, lib in enumerate(assignment)]
-
-
 def candidate_plans(problem: SelectionProblem, named: list[tuple[str, list[int] | list[str]]],
                     known: list[Candidate] | None = None) -> list[Candidate]:  # fmt: skip
     """Candidates for ``named`` plans (choice indices or library names), merged with ``known`` ones."""
@@ -180,7 +176,7 @@ def candidate_plans(problem: SelectionProblem, named: list[tuple[str, list[int] 
             if label not in merged[key].labels:
                 merged[key].labels.append(label)
             continue
-        merged[key] = Candidate([label], assignment, problem.total(plan_choices(problem, assignment)))
+        merged[key] = Candidate([label], assignment, problem.total(problem.choices(assignment)))
     return list(merged.values())
 
 
@@ -207,7 +203,7 @@ def fit_boundary_scale(problem: SelectionProblem, candidates: list[Candidate], d
     for candidate in candidates:
         if not is_mixed(candidate) or candidate.measured is None:
             continue
-        choices = plan_choices(problem, candidate.assignment)
+        choices = problem.choices(candidate.assignment)
         groups = sum(problem.options[k][c].ms for k, c in enumerate(choices))
         crossing = problem.total(choices) - groups
         host = crossing - library_boundaries(problem, choices)
@@ -275,7 +271,7 @@ def select_segments(
         save_table(problem.table, path)
         compile_candidates(grouped, candidates, created, threads, reference, progress)
     for candidate in candidates:
-        candidate.predicted_ms = problem.total(plan_choices(problem, candidate.assignment))
+        candidate.predicted_ms = problem.total(problem.choices(candidate.assignment))
     stats = time_candidates(grouped, candidates, natives, timing, progress)
     return Selection(model, grouped, agent, threads, problem.table, path, reused, result, candidates, pick(candidates),
                      stats, unavailable)  # fmt: skip
