@@ -18,6 +18,6 @@ def load(path):
 
     Accepts a plan directory from ``rlcompile select``.
     """
-    from rlcompile.layer.plan import load_plan
+    from rlcompile.plan import load_plan
 
     return load_plan(path)

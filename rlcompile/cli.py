@@ -119,7 +119,7 @@ def command_run(args: argparse.Namespace) -> int:
     """Measure one backend on one model (or a built artefact) and print its median latency."""
     from rlcompile.compare import compare_backends
     from rlcompile.kernel.artifact import is_artifact
-    from rlcompile.layer.plan import is_plan_dir
+    from rlcompile.plan import is_plan_dir
 
     if is_artifact(args.model):
         return run_artifact(args)
@@ -166,8 +166,8 @@ def run_artifact(args: argparse.Namespace) -> int:
 
 def run_plan(args: argparse.Namespace) -> int:
     """Run a plan directory from ``rlcompile select``: check it, then time it beside ONNX Runtime native."""
-    from rlcompile.layer.plan import load_plan, reference_model
     from rlcompile.measure import measure_alternating
+    from rlcompile.plan import load_plan, reference_model
     from rlcompile.verify import compare_outputs
 
     note(f"loading and compiling {args.model}")
@@ -314,9 +314,9 @@ def command_select(args: argparse.Namespace) -> int:
 
 
 def select_segments_command(args: argparse.Namespace, names: list[str], options: dict) -> int:
-    from rlcompile.layer.plan import save_plan
     from rlcompile.layer.selection import select_segments
     from rlcompile.measure import host_cores
+    from rlcompile.plan import save_plan
     from rlcompile.report.tables import candidates_table, groups_table
 
     model = load(args)
@@ -342,6 +342,54 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
     save_plan(selection, output, args.tuning_db)
     stdout.print(f"wrote {output}/ (run it with: rlcompile run {output})", highlight=False)
     write_json(args.json, selection.to_dict())
+    return 0
+
+
+def command_optimize(args: argparse.Namespace) -> int:
+    """graph -> kernel -> layer on one model, each stage measured; writes a plan directory with its report."""
+    from rlcompile.kernel import strategies
+    from rlcompile.layer import libraries, solvers
+    from rlcompile.measure import host_cores
+    from rlcompile.models import parse_input_shapes
+    from rlcompile.optimize import OptimizeRequest, StageSettings, optimize, parse_duration, parse_levels
+    from rlcompile.optimize.budget import DEFAULT_BUDGET_S, QUICK_BUDGET_S
+    from rlcompile.report.tables import optimize_table
+
+    if args.threads is not None and args.threads < 1:
+        raise RlcompileError("--threads must be positive")
+    if args.trials is not None and args.trials < 1:
+        raise RlcompileError("empty budget: --trials must be positive")
+    levels = parse_levels(args.levels)
+    if args.budget is not None:
+        budget = parse_duration(args.budget)
+    else:
+        budget = QUICK_BUDGET_S if args.quick else DEFAULT_BUDGET_S
+    from rlcompile.graph import search
+
+    search.search_class(args.graph_agent)
+    strategies.create(args.strategy, seed=args.seed)
+    solvers.create(args.layer_agent)
+    if args.libraries:
+        libraries.parse(args.libraries)
+    settings = StageSettings(graph_agent=args.graph_agent, strategy=args.strategy, layer_agent=args.layer_agent,
+                             trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
+                             libraries=args.libraries)  # fmt: skip
+    request = OptimizeRequest(args.model, args.output, parse_input_shapes(args.input_shape), budget, tuple(levels),
+                              settings)  # fmt: skip
+    log(f"optimizing {args.model}: levels {', '.join(levels)}, budget {budget:.0f} s, {settings.threads} threads, "
+        f"output {args.output}/")  # fmt: skip
+    result = optimize(request, log)
+    stdout.print(optimize_table(result.manifest))
+    latency = result.manifest["optimize"]["latency"]
+    noise = latency.get("noise")
+    verdict = (f"{latency['speedup']:.3f}x the faster of ONNX Runtime and OpenVINO native "
+               f"({latency['original_ms']:.3f} -> {latency['final_ms']:.3f} ms)")  # fmt: skip
+    if noise is not None:
+        verdict += f"; identical sessions differ by {100 * noise:.1f}% in this run"
+    stdout.print(f"{result.manifest['model']}: {verdict}", highlight=False)
+    stdout.print(f"wrote {args.output}/ (report.md, report.png; run it with: rlcompile run {args.output})",
+                 highlight=False)  # fmt: skip
+    write_json(args.json, result.manifest)
     return 0
 
 
@@ -480,6 +528,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "to the model)")  # fmt: skip
     add_measure_arguments(select)
     select.set_defaults(handler=command_select)
+
+    optimize = commands.add_parser("optimize", help="graph -> kernel -> layer: a faster, verified plan directory")
+    add_model_arguments(optimize)
+    optimize.add_argument("-o", "--output", type=Path, required=True, help="the plan directory to write (re-run "
+                          "the same command to resume)")  # fmt: skip
+    optimize.add_argument("--budget", default=None, help="wall time, e.g. 90s, 10m, 1h (default 20m; 4m with "
+                          "--quick), split across the levels")  # fmt: skip
+    optimize.add_argument("--quick", action="store_true", help="a 4-minute budget")
+    optimize.add_argument("--levels", default=None, help="comma-separated from graph,kernel,layer (default all)")
+    optimize.add_argument("--graph-agent", default="ppo", help="greedy, taso, ppo or world-model (default ppo)")
+    optimize.add_argument("--strategy", default="chameleon", help="kernel search: random, sa, droplet, "
+                          "evolutionary, rl or chameleon (default chameleon)")  # fmt: skip
+    optimize.add_argument("--layer-agent", default="qlearning", help="qlearning, random, greedy, single or exact")
+    optimize.add_argument("--trials", type=int, default=None, help="kernel: at most this many measurements "
+                          "(default 32 per task), within the time share")  # fmt: skip
+    optimize.add_argument("--libraries", default=None, help="layer: comma-separated from ort, openvino, torch, "
+                          "tvm (default ort,openvino,torch + tvm when the kernel level runs)")  # fmt: skip
+    optimize.add_argument("--threads", type=int, default=None, help="threads per library (default: all cores)")
+    optimize.add_argument("--seed", type=int, default=0)
+    optimize.add_argument("--json", type=Path, default=None, help="also write the manifest as JSON to this file")
+    optimize.set_defaults(handler=command_optimize)
 
     build = commands.add_parser("build", help="compile a model with tuned records into a deployable .tar")
     add_model_arguments(build)

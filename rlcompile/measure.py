@@ -176,10 +176,14 @@ def measure_alternating(
 ) -> list[LatencyStats]:
     """Time several calls in turn, ``rounds`` times over, pooling each one's samples.
 
-    Alternating spreads a shared machine's slow spells over every contestant instead of one.
+    Alternating spreads a shared machine's slow spells over every contestant instead of one. The first
+    round goes in the given order, later rounds in seeded shuffles of it, so no call always follows
+    the same neighbour (a library whose threads are still winding down slows whoever runs next).
     """
     samples: list[list[float]] = [[] for _ in functions]
-    for _ in range(rounds):
-        for index, function in enumerate(functions):
-            samples[index].extend(measure_latency(function, config).samples_ms)
+    rng = np.random.default_rng(0)
+    for round_index in range(rounds):
+        order = range(len(functions)) if round_index == 0 else rng.permutation(len(functions))
+        for index in order:
+            samples[index].extend(measure_latency(functions[index], config).samples_ms)
     return [summarize(values) for values in samples]

@@ -7,7 +7,11 @@ TVM's thread count to the host's cores before TVM's thread pool starts.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
+import sys
+import warnings
 
 from rlcompile.errors import ModelError, TargetError, UnsupportedOperatorError
 from rlcompile.measure import host_cores
@@ -51,6 +55,48 @@ def resolve_target(text: str = "llvm") -> tvm.target.Target:
     return target
 
 
+#: Frames of ``inspect.stack()`` that TVMScript's parser reads source lines of (``is_defined_in_class``).
+SOURCE_FRAMES = 3
+
+
+def shallow_stack(context: int = 1) -> list[inspect.FrameInfo]:
+    """``inspect.stack()`` with source lines for the innermost frames only.
+
+    TVMScript's ``@T.prim_func`` calls ``inspect.stack()`` and reads the code of the third frame; the
+    stdlib version looks up every frame's source, and for frames without a module file (importlib's
+    frozen ones) it scans all of ``sys.modules`` each time: importing TVM's tensor intrinsics (~500
+    prim_funcs) took 30 s. Outer frames get their file, line and function but no source lines.
+    """
+    frame, frames = sys._getframe(1), []
+    while frame is not None:
+        if len(frames) < SOURCE_FRAMES:
+            info = inspect.getframeinfo(frame, context)
+            frames.append(inspect.FrameInfo(frame, *info, positions=info.positions))
+        else:
+            code = frame.f_code
+            frames.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name, None, None))
+        frame = frame.f_back
+    return frames
+
+
+@contextlib.contextmanager
+def fast_tvmscript_parsing():
+    """Parse TVMScript with :func:`shallow_stack` in place of ``inspect.stack`` (restored afterwards)."""
+    original = inspect.stack
+    inspect.stack = shallow_stack
+    try:
+        yield
+    finally:
+        inspect.stack = original
+
+
+def load_tensor_intrinsics() -> None:
+    """Register TVM's tensor intrinsics (MetaSchedule's design spaces need them) in ~1 s instead of ~30 s."""
+    if "tvm.s_tir.tensor_intrin" not in sys.modules:
+        with fast_tvmscript_parsing():
+            import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
 def target_device(target: tvm.target.Target) -> tvm.runtime.Device:
     return tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
 
@@ -62,7 +108,10 @@ def import_onnx(model: LoadedModel) -> tvm.IRModule:
     shapes = {spec.name: [int(d) for d in spec.shape] for spec in model.inputs}
     dtypes = {spec.name: str(spec.dtype) for spec in model.inputs}
     try:
-        return from_onnx(model.proto, shape_dict=shapes, dtype_dict=dtypes)
+        with warnings.catch_warnings():
+            # the frontend warns for every value name it sanitises ("Renaming name a.b to a_b")
+            warnings.filterwarnings("ignore", message="Renaming name", category=UserWarning)
+            return from_onnx(model.proto, shape_dict=shapes, dtype_dict=dtypes)
     except tvm.error.OpNotImplemented as error:
         raise UnsupportedOperatorError(f"TVM cannot import {model.name}: {first_line(error)}") from None
     except Exception as error:

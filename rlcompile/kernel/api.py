@@ -67,15 +67,21 @@ class TuneRequest:
 
 
 def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
-         on_start: Callable[[list[Task]], None] | None = None) -> list[TaskState]:  # fmt: skip
-    """Tune the selected tasks; resumes from the work directory's journal."""
+         on_start: Callable[[list[Task]], None] | None = None, model: LoadedModel | None = None,
+         deadline: float | None = None) -> list[TaskState]:  # fmt: skip
+    """Tune the selected tasks; resumes from the work directory's journal.
+
+    ``model``: tune this loaded model (e.g. a rewritten graph) instead of loading ``request.model``.
+    ``deadline``: a ``time.monotonic()`` after which no new batch starts.
+    """
     if request.trials is not None and request.trials <= 0:
         raise BudgetError(f"--trials must be positive, got {request.trials}")
     strategies.create(request.strategy, seed=request.seed, **request.strategy_options)  # validate early
     target = resolve_target(request.target)
     rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None
     work_dir = WorkDir(request.work_dir, request.target)
-    _, tasks = load_tasks(request.model, target, request.input_shapes)
+    tasks = extract_tasks(model, target) if model is not None else load_tasks(request.model, target,
+                                                                               request.input_shapes)[1]
     tasks = select_tasks(tasks, request.tasks)
     if on_start:
         on_start(tasks)
@@ -88,6 +94,7 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
         batch_size=request.batch_size,
         seed=request.seed,
         callbacks=callbacks,
+        deadline=deadline,
     )
     return tuner.run()
 

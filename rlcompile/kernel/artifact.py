@@ -22,7 +22,7 @@ from rlcompile.kernel.workdir import WorkDir
 from rlcompile.measure import environment
 from rlcompile.models import LoadedModel, TensorSpec
 from rlcompile.models.onnx_model import first_line
-from rlcompile.tvm_bridge import tvm
+from rlcompile.tvm_bridge import load_tensor_intrinsics, tvm
 
 LIBRARY = "model.so"
 METADATA = "metadata.json"
@@ -42,6 +42,7 @@ def build_executable(model: LoadedModel, work_dir: WorkDir, target: tvm.target.T
     """Compile the whole model, applying the best record of every tuned task."""
     from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
+    load_tensor_intrinsics()
     try:
         return compile_relax(work_dir.database, prepare_relax(model), target, params=None)
     except Exception as error:

@@ -21,7 +21,7 @@ import onnx
 
 from rlcompile.errors import RlcompileError
 from rlcompile.models import LoadedModel, load_model
-from rlcompile.tvm_bridge import import_onnx, tvm
+from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, tvm
 
 #: The seeds' layers: name -> (zoo model, 1-based index among its distinct convolutions in graph order).
 SEED_LAYERS: dict[str, tuple[str, int]] = {
@@ -153,6 +153,7 @@ def extract_tasks(model: LoadedModel, target: tvm.target.Target) -> list[Task]:
     """The model's tunable tasks, heaviest first by total FLOPs (weight x FLOPs per call)."""
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract_tasks
 
+    load_tensor_intrinsics()
     extracted = ms_extract_tasks(relax_for_tuning(prepare_relax(model), target), target)
     tasks = [
         Task(

@@ -4,7 +4,8 @@ Per task it builds the knob space and a search context, restores whatever the wo
 holds (measurements are never repeated), and then runs batches until the task's budget is spent:
 the strategy proposes, the measurer builds and times, the journal and the database record, both cost
 models learn, the strategy observes. Budgets are whole batches handed out round-robin over the tasks in
-order of importance (calls x FLOPs), so a small budget goes to the tasks that matter.
+order of importance (calls x FLOPs), so a small budget goes to the tasks that matter; with a wall-clock
+deadline the loop stops at the first batch boundary past it (the journal keeps every finished batch).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rlcompile.kernel.strategies import SearchContext, SearchStrategy
 from rlcompile.kernel.strategies.base import Proposal
 from rlcompile.kernel.tasks import Task
 from rlcompile.kernel.workdir import WorkDir
+from rlcompile.tvm_bridge import load_tensor_intrinsics
 
 DEFAULT_TRIALS_PER_TASK = 32
 DEFAULT_BATCH_SIZE = 16
@@ -108,6 +110,7 @@ class Tuner:
         batch_size: int = DEFAULT_BATCH_SIZE,
         seed: int = 0,
         callbacks: Sequence[Callback] = (),
+        deadline: float | None = None,
     ) -> None:
         if not tasks:
             raise BudgetError("no task to tune")
@@ -118,7 +121,13 @@ class Tuner:
         self.batch_size = batch_size
         self.seed = seed
         self.callbacks = list(callbacks)
+        self.deadline = deadline
         self.ms_cost_model = None
+
+    @property
+    def out_of_time(self) -> bool:
+        """Past the wall-clock ``deadline`` (``time.monotonic()``), when one was given."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def run(self) -> list[TaskState]:
         journal = list(self.work_dir.journal())
@@ -126,9 +135,11 @@ class Tuner:
             self.restore(state, [e for e in journal if e["task"] == state.task.workload_key])
         while True:
             pending = [s for s in self.states if s.budget > 0 and not s.done]
-            if not pending:
+            if not pending or self.out_of_time:
                 break
             for state in pending:
+                if self.out_of_time:
+                    break
                 self.run_batch(state)
         return self.states
 
@@ -145,6 +156,7 @@ class Tuner:
         from tvm.s_tir import meta_schedule as ms
 
         if state.context is None:
+            load_tensor_intrinsics()
             task = state.task
             tune_context = ms.TuneContext(
                 mod=task.mod,

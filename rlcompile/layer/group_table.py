@@ -156,6 +156,7 @@ def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, librarie
             return LookupTable.from_json(json.loads(path.read_text())), True
         except (ValueError, KeyError, TypeError):
             progress(f"ignoring unreadable table {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     table = profile_groups(grouped, created, threads, progress, checkpoint=partial)
     save_table(table, path)

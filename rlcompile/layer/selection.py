@@ -29,7 +29,7 @@ from rlcompile.layer.group_table import (
     table_file,
 )
 from rlcompile.layer.problem import SelectionProblem, exact
-from rlcompile.layer.segments import SegmentEngine
+from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
 from rlcompile.layer.table import LookupTable, save_table
 from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
@@ -116,10 +116,21 @@ class Selection:
 
     @property
     def noise(self) -> float | None:
-        """The largest |ratio - 1| of two identical sessions of one library (ORT, OpenVINO) timed in this run."""
-        ratios = [abs(self.natives[probe].median_ms / self.natives[native].median_ms - 1)
-                  for probe, native in PROBES.items() if probe in self.natives and native in self.natives]  # fmt: skip
+        """The largest |ratio - 1| of two identical runs timed in this run: each library's native run and
+        its identical second session, and a one-segment candidate that runs exactly the native model."""
+        pairs = [(self.natives[probe], self.natives[native])
+                 for probe, native in PROBES.items() if probe in self.natives and native in self.natives]  # fmt: skip
+        for candidate in self.candidates:
+            native = self.natives.get(f"{candidate.engine.libraries[0]} native") if candidate.engine else None
+            if candidate.measured and native and self.runs_native_model(candidate):
+                pairs.append((candidate.measured, native))
+        ratios = [abs(a.median_ms / b.median_ms - 1) for a, b in pairs]
         return max(ratios) if ratios else None
+
+    def runs_native_model(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` is one segment running the very model the native runs ran."""
+        compiled = candidate.engine.compiled if candidate.engine else []
+        return len(compiled) == 1 and compiled[0].segment.proto is self.model.proto
 
     def to_dict(self) -> dict:
         return {
@@ -180,9 +191,11 @@ def candidate_plans(problem: SelectionProblem, named: list[tuple[str, list[int] 
     return list(merged.values())
 
 
-def first_candidates(problem: SelectionProblem, result: SolverResult, agent: str) -> list[Candidate]:
-    """The agent's plan, the exact optimum and each single-library plan, identical plans merged."""
-    named = [(agent, result.plan), ("exact", exact(problem).plan)]
+def first_candidates(problem: SelectionProblem, result: SolverResult, agent: str, mixed: bool = True,
+                     ) -> list[Candidate]:  # fmt: skip
+    """The agent's plan, the exact optimum and each single-library plan, identical plans merged
+    (only the single-library plans when not ``mixed``)."""
+    named = [(agent, result.plan), ("exact", exact(problem).plan)] if mixed else []
     named += [(f"single:{name}", single_library_plan(problem.table, name)) for name in problem.table.layouts]
     return candidate_plans(problem, named)
 
@@ -246,9 +259,18 @@ def select_segments(
     table_dir: Path | None = None,
     timing: MeasureConfig = DEFAULT,
     progress: Progress = lambda message: None,
+    baseline: LoadedModel | None = None,
+    mixed: bool = True,
     **solver_options: object,
 ) -> Selection:
-    """Choose a library per fusion group; run, verify and time the candidates; keep the fastest."""
+    """Choose a library per fusion group; run, verify and time the candidates; keep the fastest.
+
+    ``baseline``: the model the user started from, when ``model`` is a rewrite of it (``optimize``'s graph
+    stage). The plans are then checked against the baseline's outputs, the native runs are the
+    baseline's, and the baseline run natively by each library joins the candidates, so the result is
+    never slower than what the user had, whatever the rewrite does to one library.
+    ``mixed=False``: only single-library plans are candidates (no library switches).
+    """
     solver = solvers.create(agent, **solver_options)
     created, unavailable = create_libraries(library_names or libraries.parse(None, tuning_db), tuning_db)
     for name, why in unavailable.items():
@@ -261,10 +283,11 @@ def select_segments(
     problem = SelectionProblem(table)
     progress(f"solving with {agent} over {len(problem)} fusion groups")
     result = solver.solve(problem, seed)
-    candidates = first_candidates(problem, result, agent)
-    reference = run_proto(model.proto, grouped.feeds)
+    candidates = first_candidates(problem, result, agent, mixed)
+    original = baseline or model
+    reference = run_proto(original.proto, grouped.feeds)
     compile_candidates(grouped, candidates, created, threads, reference, progress)
-    natives = native_timers(model, grouped.feeds, threads, created)
+    natives = native_timers(original, grouped.feeds, threads, created)
     if any(is_mixed(c) and c.engine for c in candidates):
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress)  # fmt: skip
@@ -272,9 +295,30 @@ def select_segments(
         compile_candidates(grouped, candidates, created, threads, reference, progress)
     for candidate in candidates:
         candidate.predicted_ms = problem.total(problem.choices(candidate.assignment))
+    if baseline is not None:
+        candidates += baseline_candidates(baseline, grouped, created, threads, reference)
     stats = time_candidates(grouped, candidates, natives, timing, progress)
-    return Selection(model, grouped, agent, threads, problem.table, path, reused, result, candidates, pick(candidates),
-                     stats, unavailable)  # fmt: skip
+    return Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
+                     pick(candidates), stats, unavailable)  # fmt: skip
+
+
+def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, threads: int,
+                        reference: list[np.ndarray]) -> list[Candidate]:  # fmt: skip
+    """The user's original model run natively, as one-segment plans, by ONNX Runtime and OpenVINO."""
+    everything = list(range(len(grouped.groups)))
+    candidates = []
+    for name in (libraries.REFERENCE, "openvino"):
+        if name not in created:
+            continue
+        segment = Segment(name, everything, list(grouped.inputs), list(grouped.outputs), baseline.proto)
+        candidate = Candidate([f"native:{name} (original graph)"], [name] * len(everything), float("nan"))
+        try:
+            candidate.engine = SegmentEngine.compile([segment], grouped.inputs, grouped.outputs, threads, created)
+            candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
+        except Exception as error:  # reported with the candidates, never fatal
+            candidate.error = first_line(error)
+        candidates.append(candidate)
+    return candidates
 
 
 def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],

@@ -185,3 +185,25 @@ def groups_table(selection) -> Table:
         cells = [f"{options[name]:.3f}" if name in options else "-" for name in names]
         table.add_row(group.name, group.describe(), library, *cells)
     return table
+
+
+def optimize_table(manifest: dict) -> Table:
+    """``rlcompile optimize``: latency after each stage and what each stage decided."""
+    run = manifest["optimize"]
+    latency, stages = run["latency"], run["stages"]
+    decisions = {
+        "graph": stages.get("graph", {}).get("reason", "not run"),
+        "kernel": (f"{stages['kernel']['tuned_tasks']}/{stages['kernel']['tasks']} tasks tuned in "
+                   f"{stages['kernel']['trials']} trials" if "kernel" in stages else "not run"),
+        "layer": f"{', '.join(stages['layer']['chosen'])}, {stages['layer']['segments']} segment(s)",
+    }  # fmt: skip
+    table = Table(title=f"{manifest['model']}: optimize ({manifest['threads']} threads)")
+    for column in ("stage", "median ms", "vs original", "wall s", "decision"):
+        table.add_column(column, justify="left" if column in ("stage", "decision") else "right")
+    original = latency["original_ms"]
+    table.add_row("original (faster native)", f"{original:.3f}", "1.000x", "", "")
+    for stage, key in (("graph", "after_graph_ms"), ("kernel", "after_kernel_ms"), ("layer", "final_ms")):
+        wall = stages.get(stage, {}).get("wall_s")
+        table.add_row(f"+ {stage}", f"{latency[key]:.3f}", f"{original / latency[key]:.3f}x",
+                      "" if wall is None else f"{wall:.0f}", decisions[stage])  # fmt: skip
+    return table

@@ -10,10 +10,10 @@ import pytest
 
 import rlcompile
 from rlcompile.cli import main
-from rlcompile.layer.plan import load_plan, save_plan
 from rlcompile.layer.selection import Candidate, pick, select_segments
 from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
+from rlcompile.plan import load_plan, save_plan
 from rlcompile.verify import compare_outputs
 
 
@@ -56,7 +56,7 @@ def test_ties_go_to_the_plan_with_fewer_segments():
 
 def test_plan_directory_round_trip_and_python_api(selection, tmp_path: Path):
     out = save_plan(selection, tmp_path / "plan")
-    manifest = json.loads((out / "plan.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["segments"] and all((out / s["onnx"]).is_file() for s in manifest["segments"])
     plan = rlcompile.load(out)
     assert plan.libraries == selection.chosen.engine.libraries
@@ -67,11 +67,11 @@ def test_plan_directory_round_trip_and_python_api(selection, tmp_path: Path):
 
 def test_a_plan_from_another_cpu_or_a_broken_directory_is_refused_in_one_line(selection, tmp_path: Path, capsys):
     out = save_plan(selection, tmp_path / "plan")
-    manifest = json.loads((out / "plan.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
     manifest["environment"]["cpu"] = "Some Other CPU"
-    (out / "plan.json").write_text(json.dumps(manifest))
+    (out / "manifest.json").write_text(json.dumps(manifest))
     assert main(["run", str(out)]) == 2
-    (out / "plan.json").write_text("{not json")
+    (out / "manifest.json").write_text("{not json")
     assert main(["run", str(out)]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and "Some Other CPU" in errors[0] and "not an rlcompile plan directory" in errors[1]

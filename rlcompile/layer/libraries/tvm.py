@@ -1,8 +1,10 @@
 """TVM: one Relax module per segment, with a kernel-level tuning database when one is given.
 
 Untuned TVM schedules are tens of times slower than the libraries on CPU, so TVM takes part only
-when asked (``--libraries ...,tvm`` or ``--tuning-db WORK_DIR``); a segment whose tasks have no
-tuning record keeps TVM's default schedule and simply loses the comparison.
+when asked (``--libraries ...,tvm`` or ``--tuning-db WORK_DIR``). With a tuning database TVM compiles
+only segments whose every kernel has a tuning record (a segment with an untuned kernel is refused,
+so nothing untuned reaches a plan); a tuned kernel that is still slower than a library loses the
+comparison and is not chosen.
 """
 
 from __future__ import annotations
@@ -15,6 +17,18 @@ import onnx
 
 from rlcompile.layer.libraries.base import Library, Runner
 from rlcompile.models.onnx_model import LoadedModel, graph_inputs
+
+
+class UntunedError(RuntimeError):
+    """A segment has kernels without a tuning record."""
+
+
+def require_tuned(model: LoadedModel, work_dir, target) -> None:
+    from rlcompile.kernel.artifact import tuned_coverage
+
+    tuned, total = tuned_coverage(model, work_dir, target)
+    if tuned < total:
+        raise UntunedError(f"{total - tuned} of {total} TVM kernels have no tuning record")
 
 
 class TvmRunner(Runner):
@@ -49,7 +63,9 @@ class TvmLibrary(Library):
         model = LoadedModel(segment.graph.name or "segment", segment, graph_inputs(segment), "segment")
         if self.tuning_db is None:
             return TvmRunner(TvmBackend(self.target).build(model))
-        return TvmRunner(build_executable(model, WorkDir(self.tuning_db, self.target), resolve_target(self.target)))
+        work_dir, target = WorkDir(self.tuning_db, self.target), resolve_target(self.target)
+        require_tuned(model, work_dir, target)
+        return TvmRunner(build_executable(model, work_dir, target))
 
     def save(self, runner: Runner, stem: Path) -> list[str]:
         path = stem.with_suffix(".so")

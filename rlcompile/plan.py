@@ -1,14 +1,17 @@
-"""A plan directory: the chosen segments, saved so they run again without profiling.
+"""A plan directory: what ``select`` and ``optimize`` return, saved so it runs again without profiling.
 
-``select -o DIR`` writes::
+It is the one deployable output of every level that produces a runnable model::
 
-    DIR/plan.json        model, inputs, outputs, threads, machine and versions, the segments in order
-                         (library, ONNX file, extra compiled files, boundary values), and the selection
-                         report (candidates, predicted and measured latencies)
+    DIR/manifest.json    model (name, source, fingerprint), inputs, outputs, threads, machine and
+                         versions, the segments in order (library, ONNX file, extra compiled files,
+                         boundary values), the selection report (candidates, predicted and measured
+                         latencies) and, from ``optimize``, every stage's decision and timings
     DIR/segments/        one ONNX model per segment, plus what a library compiled that is slow to redo
                          (a TVM shared library)
     DIR/reference.npz    random inputs and ONNX Runtime's outputs for them, to check the plan anywhere
 
+``manifest.json`` is written last and removed first when a plan is replaced, so a directory that has
+one is complete; other files in ``DIR`` (``optimize``'s ``work/`` folder, its report) are left alone.
 :func:`load_plan` reads it back (refusing another CPU or other library versions, whose timings and
 compiled code the plan does not describe), compiles the segments and returns a :class:`LoadedPlan`
 whose ``run(feeds)`` runs the model.
@@ -16,9 +19,9 @@ whose ``run(feeds)`` runs the model.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,56 +34,71 @@ from rlcompile.errors import RlcompileError
 from rlcompile.layer import libraries
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.measure import cpu_model, environment, package_versions
-from rlcompile.models.onnx_model import TensorSpec, first_line
+from rlcompile.models.onnx_model import LoadedModel, TensorSpec, first_line
 
-PLAN_FILE = "plan.json"
+MANIFEST = "manifest.json"
 REFERENCE = "reference.npz"
-FORMAT = "rlcompile-layer-plan"
-VERSION = 1
+SEGMENTS = "segments"
+FORMAT = "rlcompile-plan"
+VERSION = 2
 #: Versions that must match for a saved plan's compiled segments and timings to hold.
 PINNED_PACKAGES = ("onnxruntime", "openvino", "torch", "apache-tvm")
 
 
 def is_plan_dir(path: str | Path) -> bool:
-    return (Path(path) / PLAN_FILE).is_file()
+    return (Path(path) / MANIFEST).is_file()
 
 
-def save_plan(selection, output: Path, tuning_db: Path | None = None) -> Path:
-    """Write ``selection``'s chosen plan to ``output`` (replaced whole, never left half-written)."""
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
-    try:
-        (scratch / "segments").mkdir()
-        entries = [save_segment(item, scratch / "segments", index, tuning_db)
-                   for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
-        model = selection.model
-        feeds = selection.grouped.feeds
-        reference = run_proto(model.proto, feeds)
-        arrays = {f"input:{name}": value for name, value in feeds.items()}
-        arrays |= {f"output:{index}": value for index, value in enumerate(reference)}
-        np.savez(scratch / REFERENCE, **arrays)
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "model": model.name,
-            "source": model.source,
+def fingerprint(model: LoadedModel) -> str:
+    """The model's content hash (its serialized ONNX), to recognise the same model again."""
+    return hashlib.sha256(model.serialized).hexdigest()[:16]
+
+
+def model_entry(model: LoadedModel) -> dict:
+    return {"model": model.name, "source": model.source, "fingerprint": fingerprint(model),
             "inputs": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)}
-                       for s in model.inputs],
-            "outputs": selection.grouped.outputs,
-            "threads": selection.threads,
-            "environment": environment(selection.threads),
-            "segments": entries,
-            "selection": selection.to_dict(),
-        }
-        (scratch / PLAN_FILE).write_text(json.dumps(manifest, indent=1))
-        if output.exists():
-            shutil.rmtree(output)
-        scratch.rename(output)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
+                       for s in model.inputs]}  # fmt: skip
+
+
+def save_plan(selection, output: Path, tuning_db: Path | None = None, extra: Mapping | None = None) -> Path:
+    """Write ``selection``'s chosen plan to ``output``; ``extra`` entries join the manifest."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / MANIFEST).unlink(missing_ok=True)
+    scratch = output / ".incoming"
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / SEGMENTS).mkdir(parents=True)
+    entries = [save_segment(item, scratch / SEGMENTS, index, tuning_db)
+               for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
+    model = selection.model
+    feeds = selection.grouped.feeds
+    reference = run_proto(model.proto, feeds)
+    arrays = {f"input:{name}": value for name, value in feeds.items()}
+    arrays |= {f"output:{index}": value for index, value in enumerate(reference)}
+    np.savez(scratch / REFERENCE, **arrays)
+    shutil.rmtree(output / SEGMENTS, ignore_errors=True)
+    (scratch / SEGMENTS).rename(output / SEGMENTS)
+    (scratch / REFERENCE).replace(output / REFERENCE)
+    shutil.rmtree(scratch, ignore_errors=True)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        **model_entry(model),
+        "outputs": selection.grouped.outputs,
+        "threads": selection.threads,
+        "environment": environment(selection.threads),
+        "segments": entries,
+        "selection": selection.to_dict(),
+        **(extra or {}),
+    }
+    write_json_atomically(output / MANIFEST, manifest)
     return output
+
+
+def write_json_atomically(path: Path, payload: object) -> None:
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(json.dumps(payload, indent=1))
+    scratch.replace(path)
 
 
 def save_segment(item: CompiledSegment, folder: Path, index: int, tuning_db: Path | None) -> dict:
@@ -130,7 +148,7 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
     """Read and compile a plan directory written by :func:`save_plan`."""
     path = Path(path)
     try:
-        manifest = json.loads((path / PLAN_FILE).read_text())
+        manifest = json.loads((path / MANIFEST).read_text())
         if manifest.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT}")
         with np.load(path / REFERENCE) as arrays:

@@ -1,0 +1,57 @@
+"""How ``optimize`` spends its wall-time budget across the levels.
+
+The rule, stated once: each level chosen gets its share of the budget (:data:`SHARES`, renormalised
+over the levels asked for). The graph level's share is its search time limit. Time the graph level
+did not use passes to the kernel level, which always has more to tune; the kernel level stops at the
+first batch boundary past its deadline. The layer level's share is not a hard limit: its profile is a
+fixed amount of work per fusion group and library (resumable, cached), and its final measurement
+must not be cut short, so its wall time is reported rather than enforced.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rlcompile.errors import RlcompileError
+
+LEVELS = ("graph", "kernel", "layer")
+SHARES = {"graph": 0.15, "kernel": 0.50, "layer": 0.35}
+#: ``--quick``: a few minutes on a zoo CNN on 2 cores.
+QUICK_BUDGET_S = 240.0
+DEFAULT_BUDGET_S = 1200.0
+UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"90s"``, ``"10m"``, ``"1.5h"`` or ``"600"`` (seconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text).lower())
+    if not match or float(match.group(1)) <= 0:
+        raise RlcompileError(f"--budget {text!r}: give a positive duration such as 90s, 10m or 1h")
+    return float(match.group(1)) * UNITS[match.group(2)]
+
+
+def parse_levels(text: str | None) -> list[str]:
+    """``--levels graph,kernel,layer`` in pipeline order; unknown names are refused."""
+    names = [name.strip() for name in (text or ",".join(LEVELS)).split(",") if name.strip()]
+    unknown = [name for name in names if name not in LEVELS]
+    if unknown or not names:
+        raise RlcompileError(f"--levels {text!r}: choose from {', '.join(LEVELS)}")
+    return [level for level in LEVELS if level in names]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A wall-time budget split over the chosen levels."""
+
+    total_s: float
+    levels: tuple[str, ...]
+
+    def share_s(self, level: str) -> float:
+        """The seconds ``level`` is given (0 when it is not chosen)."""
+        if level not in self.levels:
+            return 0.0
+        return self.total_s * SHARES[level] / sum(SHARES[name] for name in self.levels)
+
+    def to_dict(self) -> dict:
+        return {"total_s": self.total_s, "shares_s": {level: self.share_s(level) for level in self.levels}}

@@ -1,0 +1,137 @@
+"""The three stages of ``optimize``, each a short call into its level, each decision measured.
+
+* :func:`graph_stage`: the graph agent rewrites; the rewrite is kept only if ONNX Runtime runs it
+  faster than the original by more than the noise of two identical sessions timed in the same
+  alternating rounds (and by at least :data:`MIN_GRAPH_GAIN`).
+* :func:`kernel_stage`: the kernel level tunes the TVM tasks of the graph that goes on, most
+  important first, until its deadline; the tuning journal makes it resumable.
+* :func:`layer_stage`: the segment engine picks a library per fusion group among ONNX Runtime,
+  OpenVINO, PyTorch (oneDNN) and TVM with the records just tuned; every candidate plan, the single
+  libraries and the original model run natively are timed side by side and the fastest is kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlcompile.backends.ort import OrtBackend
+from rlcompile.layer import libraries
+from rlcompile.layer.selection import Selection, select_segments
+from rlcompile.measure import DEFAULT, MeasureConfig, measure_alternating
+from rlcompile.models.onnx_model import LoadedModel
+
+#: A rewrite must beat the original by this much as well as by the measured noise to be kept.
+MIN_GRAPH_GAIN = 0.01
+#: Alternation rounds when the graph stage times the original against the rewrite.
+GRAPH_ROUNDS = 5
+Progress = Callable[[str], None]
+
+
+@dataclass
+class StageSettings:
+    """What the stages need besides the model: agents, seed, threads and timing."""
+
+    graph_agent: str = "ppo"
+    strategy: str = "chameleon"
+    layer_agent: str = "qlearning"
+    trials: int | None = None
+    seed: int = 0
+    threads: int = 1
+    libraries: str | None = None
+    timing: MeasureConfig = DEFAULT
+
+
+def graph_stage(model: LoadedModel, settings: StageSettings, limit_s: float, work: Path,
+                progress: Progress) -> tuple[LoadedModel, dict]:  # fmt: skip
+    """Rewrite with the graph agent; return the graph that goes on (rewritten or original) and the record."""
+    import onnx
+
+    from rlcompile.graph.api import GraphRequest, optimize_graph
+
+    started = time.monotonic()
+    request = GraphRequest(agent=settings.graph_agent, max_steps=50, time_limit_s=max(limit_s, 1.0),
+                           seed=settings.seed, timing=None)  # fmt: skip
+    run = optimize_graph(model, request, progress)
+    rewritten = LoadedModel(model.name, run.proto, list(model.inputs), model.source, list(model.notes))
+    record = {"agent": settings.graph_agent, "rewrites": run.kept_rewrites, "cleanup": len(run.cleanup),
+              "nodes_before": run.nodes_before, "nodes_after": run.nodes_after,
+              "agreement": run.agreement.to_dict(), "search": run.result.summary()}  # fmt: skip
+    if not run.agreement.within():
+        record |= {"kept": False, "reason": "the rewritten graph disagrees with the original"}
+    else:
+        progress("timing the original and the rewritten graph in ONNX Runtime, alternately")
+        record |= judge_rewrite(model, rewritten, settings)
+    if record["kept"]:
+        onnx.save(run.proto, str(work / "graph.onnx"))
+    record["wall_s"] = time.monotonic() - started
+    return (rewritten if record["kept"] else model), record
+
+
+def judge_rewrite(original: LoadedModel, rewritten: LoadedModel, settings: StageSettings) -> dict:
+    """Time original, rewrite and a second identical session of the original, alternately, in ORT.
+
+    Kept when the rewrite is faster than the original by more than the identical sessions differ
+    (and by at least :data:`MIN_GRAPH_GAIN`).
+    """
+    feeds = original.random_inputs(settings.seed)
+    backend = OrtBackend("all", threads=settings.threads)
+    timers = [backend.prepare(model).timer(feeds) for model in (original, rewritten, original)]
+    before, after, twin = (s.median_ms for s in measure_alternating(timers, settings.timing, GRAPH_ROUNDS))
+    noise = abs(twin / before - 1)
+    gain = 1 - after / before
+    kept = gain > max(noise, MIN_GRAPH_GAIN)
+    reason = (f"ORT runs the rewrite {100 * gain:.1f}% faster; identical sessions differ by {100 * noise:.1f}%"
+              if kept else f"ORT runs the rewrite {100 * gain:+.1f}% faster, within the noise "
+              f"({100 * noise:.1f}% between identical sessions; {100 * MIN_GRAPH_GAIN:.0f}% at least): "
+              "the original graph goes on")  # fmt: skip
+    return {"kept": kept, "reason": reason, "ort_original_ms": before, "ort_rewritten_ms": after,
+            "ort_identical_session_ms": twin, "noise": noise, "gain": gain}  # fmt: skip
+
+
+def kernel_stage(model: LoadedModel, settings: StageSettings, deadline: float, work_dir: Path,
+                 progress: Progress, on_batch: Callable[[], None] = lambda: None) -> dict:  # fmt: skip
+    """Tune the model's TVM tasks, most important first, until ``deadline`` (``time.monotonic()``)."""
+    from rlcompile.kernel.api import TuneRequest, tune
+
+    started = time.monotonic()
+    request = TuneRequest(model=model.name, work_dir=work_dir, strategy=settings.strategy, trials=settings.trials,
+                          seed=settings.seed)  # fmt: skip
+
+    def report(state) -> None:
+        on_batch()
+        best = f"{state.best_seconds * 1e3:.3f} ms" if state.gflops else "no valid schedule yet"
+        progress(f"kernel: {state.task.label}: {state.trials}/{state.budget} trials, best {best}")
+
+    states = tune(request, [report], lambda tasks: progress(f"kernel: tuning {len(tasks)} tasks with "
+                  f"{settings.strategy} until the deadline"), model=model, deadline=deadline)  # fmt: skip
+    tuned = [state for state in states if state.gflops]
+    return {
+        "strategy": settings.strategy,
+        "tasks": len(states),
+        "tuned_tasks": len(tuned),
+        "trials": sum(state.trials for state in states),
+        "resumed_trials": sum(state.resumed for state in states),
+        "failed_trials": sum(state.failures for state in states),
+        "best_ms": {state.task.label: state.best_seconds * 1e3 for state in tuned},
+        "wall_s": time.monotonic() - started,
+    }
+
+
+def layer_stage(model: LoadedModel, original: LoadedModel, settings: StageSettings, tuning_db: Path | None,
+                table_dir: Path, progress: Progress, mixed: bool = True) -> tuple[Selection, dict]:  # fmt: skip
+    """Choose a library per fusion group (TVM with the tuned records among them); keep the fastest plan.
+
+    ``mixed=False`` (the layer level not asked for): only whole-model single-library plans compete.
+    """
+    started = time.monotonic()
+    names = libraries.parse(settings.libraries, tuning_db)
+    selection = select_segments(model, settings.layer_agent, settings.seed, settings.threads, names, tuning_db,
+                                table_dir, settings.timing, progress, mixed=mixed,
+                                baseline=original if model is not original else None)  # fmt: skip
+    record = {"agent": settings.layer_agent, "libraries": names, "unavailable": selection.unavailable,
+              "chosen": selection.chosen.labels, "segments": selection.chosen.segments,
+              "library_mix": selection.chosen.library_mix(), "wall_s": time.monotonic() - started}  # fmt: skip
+    return selection, record

@@ -1,0 +1,101 @@
+"""``optimize``'s report: ``report.md`` (before/after, each stage's decision, the candidates) and
+``report.png`` (latency after each stage; where the time goes per library), both from the manifest
+alone, so they can be written again from any plan directory that ``optimize`` produced."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+REPORT = "report.md"
+FIGURE = "report.png"
+STAGES = (("original", "original_ms"), ("+ graph", "after_graph_ms"), ("+ kernel", "after_kernel_ms"),
+          ("+ layer (output)", "final_ms"))  # fmt: skip
+
+
+def library_times(manifest: dict) -> dict[str, float]:
+    """Predicted in-context ms per library of the chosen plan (the table's per-group times, summed)."""
+    totals: dict[str, float] = defaultdict(float)
+    for row in manifest["selection"]["groups"]:
+        totals[row["library"]] += row["ms"].get(row["library"], 0.0)
+    return dict(totals)
+
+
+def markdown_table(header: list[str], rows: list[list[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def stage_lines(stages: dict) -> list[str]:
+    rows = []
+    graph = stages.get("graph")
+    if graph:
+        rows.append(["graph", f"{graph['agent']}: {graph['rewrites']} rewrites after {graph['cleanup']} fusions; "
+                     f"{graph.get('reason', '')}", f"{graph['wall_s']:.0f}"])  # fmt: skip
+    kernel = stages.get("kernel")
+    if kernel:
+        rows.append(["kernel", f"{kernel['strategy']}: {kernel['trials']} trials ({kernel['resumed_trials']} "
+                     f"resumed, {kernel['failed_trials']} failed), {kernel['tuned_tasks']}/{kernel['tasks']} "
+                     "tasks tuned", f"{kernel['wall_s']:.0f}"])  # fmt: skip
+    layer = stages["layer"]
+    mix = ", ".join(f"{name} x{count}" for name, count in layer["library_mix"].items())
+    rows.append(["layer", f"{layer['agent']} over {', '.join(layer['libraries'])}: chose "
+                 f"{', '.join(layer['chosen'])} ({layer['segments']} segment(s); groups: {mix})",
+                 f"{layer['wall_s']:.0f}"])  # fmt: skip
+    return markdown_table(["stage", "decision", "wall s"], rows)
+
+
+def write_report(output: Path, manifest: dict) -> None:
+    """Write ``report.md`` and ``report.png`` into the plan directory ``output``."""
+    run = manifest["optimize"]
+    latency = run["latency"]
+    noise = latency.get("noise")
+    lines = [f"# rlcompile optimize: {manifest['model']}", "",
+             f"{manifest['environment'].get('cpu')}, {manifest['threads']} threads; budget "
+             f"{run['budget']['total_s']:.0f} s, wall time {run['wall_s']:.0f} s; "
+             f"levels {', '.join(run['request']['levels'])}.",
+             "", "## Before and after", ""]  # fmt: skip
+    rows = [[name, ms(latency[key]), f"{latency['original_ms'] / latency[key]:.3f}x"] for name, key in STAGES]
+    rows += [[f"{name} (original model)", ms(value), f"{latency['original_ms'] / value:.3f}x"]
+             for name, value in latency["native_ms"].items()]  # fmt: skip
+    lines += markdown_table(["", "median ms", "speed-up vs the faster native"], rows)
+    agreement = latency.get("agreement") or {}
+    lines += ["", f"Measured alternately in one process (5 rounds). Two identical sessions of one library "
+              f"differed by {100 * noise:.1f}% in this run." if noise is not None else "",
+              f"Outputs agree with ONNX Runtime on the original model (max relative error "
+              f"{agreement.get('max_rel', float('nan')):.1e}).", "", "## Stages", ""]  # fmt: skip
+    lines += stage_lines(run["stages"])
+    lines += ["", "## Plans measured by the layer stage", ""]
+    lines += markdown_table(["plan", "segments", "predicted ms", "measured ms"],
+                            [[", ".join(c["labels"]), c["segments"], ms(c["predicted_ms"]), ms(c["measured_ms"])]
+                             for c in manifest["selection"]["candidates"]])  # fmt: skip
+    lines += ["", f"Run it: `rlcompile run {output}` or `rlcompile.load({str(output)!r}).run(feeds)`.", ""]
+    (output / REPORT).write_text("\n".join(lines))
+    plot(output / FIGURE, manifest)
+
+
+def plot(path: Path, manifest: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    latency = manifest["optimize"]["latency"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    names = [name for name, _ in STAGES] + [f"{name}" for name in latency["native_ms"]]
+    values = [latency[key] for _, key in STAGES] + list(latency["native_ms"].values())
+    colours = ["tab:blue"] * len(STAGES) + ["tab:gray"] * len(latency["native_ms"])
+    left.barh(names[::-1], values[::-1], color=colours[::-1])
+    left.set_xlabel("median latency (ms)")
+    left.set_title(f"{manifest['model']}: latency after each stage")
+    times = library_times(manifest)
+    right.bar(list(times), list(times.values()), color="tab:orange")
+    right.set_ylabel("predicted in-context ms")
+    right.set_title("where the time goes, per library (chosen plan)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,35 @@
+"""The budget rule and the flag parsers of ``optimize``."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlcompile.errors import RlcompileError
+from rlcompile.optimize.budget import LEVELS, Budget, parse_duration, parse_levels
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1.5h", 5400), ("600", 600), ("2M", 120)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5m", "ten minutes", "5d"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(RlcompileError):
+        parse_duration(text)
+
+
+def test_levels_keep_pipeline_order_and_refuse_unknown_names():
+    assert parse_levels(None) == list(LEVELS)
+    assert parse_levels("layer,graph") == ["graph", "layer"]
+    with pytest.raises(RlcompileError):
+        parse_levels("graph,kernels")
+
+
+@pytest.mark.parametrize("levels", [LEVELS, ("graph", "layer"), ("kernel",), ("layer",)])
+def test_shares_split_the_whole_budget_over_the_chosen_levels(levels):
+    budget = Budget(600.0, tuple(levels))
+    assert sum(budget.share_s(level) for level in LEVELS) == pytest.approx(600.0)
+    assert all(budget.share_s(level) == 0 for level in LEVELS if level not in levels)
+    if "kernel" in levels and len(levels) > 1:
+        assert budget.share_s("kernel") == max(budget.share_s(level) for level in levels)

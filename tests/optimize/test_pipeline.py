@@ -1,0 +1,97 @@
+"""``optimize`` end to end on a real model: every stage runs, the output is a plan directory that runs,
+and an interrupted run resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlcompile
+from rlcompile.layer.selection import TIE_BAND
+from rlcompile.optimize import OptimizeRequest, StageSettings, optimize
+from rlcompile.verify import compare_outputs
+
+#: Small enough for CI: lenet5, a 60-second budget, the seeds' agents.
+SETTINGS = StageSettings(threads=2)
+
+
+def request(output: Path, levels=("graph", "kernel", "layer"), budget_s: float = 60.0) -> OptimizeRequest:
+    return OptimizeRequest("lenet5", output, budget_s=budget_s, levels=tuple(levels), settings=SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def interrupted_then_resumed(tmp_path_factory):
+    """Run until the kernel stage has finished one batch, interrupt it (as Ctrl-C does), run again."""
+    output = tmp_path_factory.mktemp("optimize") / "lenet5.opt"
+
+    def interrupt_after_first_batch(message: str) -> None:
+        if message.startswith("kernel: ") and "trials, best" in message:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize(request(output), interrupt_after_first_batch)
+    messages: list[str] = []
+    result = optimize(request(output), messages.append)
+    return output, result, messages
+
+
+def test_resumed_run_reuses_the_graph_stage_and_the_tuning_journal(interrupted_then_resumed):
+    _, result, messages = interrupted_then_resumed
+    assert any(m.startswith("graph: reusing the finished stage") for m in messages)
+    kernel = result.manifest["optimize"]["stages"]["kernel"]
+    assert kernel["resumed_trials"] > 0 and kernel["trials"] > kernel["resumed_trials"]
+    assert any("already spent" in m for m in messages)
+
+
+def test_output_is_a_verified_plan_directory_with_manifest_and_report(interrupted_then_resumed):
+    output, _, _ = interrupted_then_resumed
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert manifest["format"] == "rlcompile-plan" and len(manifest["fingerprint"]) == 16
+    assert set(manifest["optimize"]["stages"]) == {"graph", "kernel", "layer"}
+    assert manifest["environment"]["cpu"] and manifest["environment"]["packages"]["onnxruntime"]
+    assert (output / "report.md").read_text().startswith("# rlcompile optimize: lenet5")
+    assert (output / "report.png").stat().st_size > 1000
+    plan = rlcompile.load(output)
+    assert compare_outputs(plan.reference_outputs, plan.run(plan.reference_inputs)).within()
+
+
+def test_the_output_is_the_fastest_measured_plan_and_never_an_untuned_kernel(interrupted_then_resumed):
+    _, result, _ = interrupted_then_resumed
+    selection = result.selection
+    measured = {label: c.measured.median_ms for c in selection.candidates if c.measured for label in c.labels}
+    assert {"single:ort", "single:openvino"} <= set(measured)
+    assert selection.chosen.measured.median_ms <= min(measured.values()) * (1 + TIE_BAND) + 1e-9
+    assert selection.noise is not None
+    latency = result.manifest["optimize"]["latency"]
+    assert latency["final_ms"] == pytest.approx(selection.chosen.measured.median_ms)
+    assert latency["after_graph_ms"] <= latency["original_ms"] + 1e-9
+    for candidate in selection.candidates:  # every TVM segment that ran had all its kernels tuned
+        if candidate.engine and "tvm" in candidate.engine.libraries:
+            assert candidate.agreement.within()
+    assert "tvm" in result.manifest["optimize"]["stages"]["layer"]["libraries"]
+
+
+def test_the_same_command_again_reuses_the_finished_output(interrupted_then_resumed):
+    output, first, _ = interrupted_then_resumed
+    messages: list[str] = []
+    again = optimize(request(output), messages.append)
+    assert again.reused and again.manifest == first.manifest
+    assert any("already holds this optimisation" in m for m in messages)
+
+
+def test_layer_only_on_a_dynamic_input_model(dynamic_conv_model: Path, tmp_path: Path):
+    output = tmp_path / "dyn.opt"
+    result = optimize(OptimizeRequest(str(dynamic_conv_model), output, {"x": (1, 3, 16, 16)}, 60.0, ("layer",),
+                                      SETTINGS))  # fmt: skip
+    assert set(result.manifest["optimize"]["stages"]) == {"layer"}
+    assert result.manifest["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]
+    plan = rlcompile.load(output)
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    from rlcompile.backends.ort import run_proto
+    from rlcompile.models import load_model
+
+    expected = run_proto(load_model(str(dynamic_conv_model), {"x": (1, 3, 16, 16)}).proto, feeds)
+    assert compare_outputs(expected, plan.run(feeds)).within()
