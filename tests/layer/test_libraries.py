@@ -72,11 +72,25 @@ def test_library_names_are_checked_and_ort_always_comes_first():
         libraries.create("cudnn")
 
 
-def test_tvm_compiles_segments_with_a_kernel_tuning_database(tmp_path: Path):
+def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path):
+    from rlcompile.kernel.measurer import Measurer, MeasureSettings
+    from rlcompile.kernel.strategies import create
+    from rlcompile.kernel.tasks import extract_tasks
+    from rlcompile.kernel.tuner import Tuner
     from rlcompile.kernel.workdir import WorkDir
+    from rlcompile.layer.libraries.tvm import UntunedError
+    from rlcompile.models.onnx_model import LoadedModel, graph_inputs
+    from rlcompile.tvm_bridge import resolve_target
 
-    WorkDir(tmp_path / "work", "llvm")  # an empty database: every task keeps TVM's default schedule
+    work_dir = WorkDir(tmp_path / "work", "llvm")
     proto = cnn_block()
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    runner = libraries.create("tvm", tuning_db=tmp_path / "work").compile(proto, threads=1)
+    library = libraries.create("tvm", tuning_db=tmp_path / "work")
+    with pytest.raises(UntunedError, match="have no tuning record"):  # nothing untuned reaches a plan
+        library.compile(proto, threads=1)
+    target = resolve_target("llvm")
+    tasks = extract_tasks(LoadedModel("block", proto, graph_inputs(proto), "test"), target)
+    Tuner(tasks, lambda: create("random", seed=0), work_dir, Measurer(target, MeasureSettings()),
+          trials=2 * len(tasks), batch_size=2).run()  # fmt: skip
+    runner = library.compile(proto, threads=1)
     assert compare_outputs(run_proto(proto, {"x": x}), runner([x])).within()
