@@ -1,8 +1,8 @@
 """rlcompile: reinforcement-learning agents that make a DNN compiler's decisions.
 
 Three levels, one package: ``rlcompile.graph`` (substitutions on ONNX graphs), ``rlcompile.layer``
-(per-layer primitive selection) and ``rlcompile.kernel`` (schedule search for tensor programs). Shared
-pieces live beside them: ``models`` (zoo and user models), ``backends`` (ONNX Runtime and TVM),
+(per-layer library selection) and ``rlcompile.kernel`` (schedule search for tensor programs), composed
+by ``rlcompile.optimize`` into a plan directory (``rlcompile.plan``). Shared pieces live beside them: ``models`` (zoo and user models), ``backends`` (ONNX Runtime and TVM),
 ``measure`` (honest latency statistics) and ``report`` (tables and plots).
 """
 
@@ -14,9 +14,10 @@ quiet_idle_threads()
 
 
 def load(path):
-    """A saved result, ready to run: ``rlcompile.load("r18.plan").run({"input": x})`` -> list of outputs.
+    """A saved result, ready to run: ``rlcompile.load("r18").run({"input": x})`` -> list of outputs.
 
-    Accepts a plan directory from ``rlcompile select``.
+    Accepts a plan directory from ``rlcompile optimize`` or ``rlcompile select``; one made on another CPU
+    or with other library versions is refused (:class:`rlcompile.errors.RlcompileError`).
     """
     from rlcompile.plan import load_plan
 
