@@ -2,7 +2,8 @@
 
 Three levels, one package: ``rlcompile.graph`` (substitutions on ONNX graphs), ``rlcompile.layer``
 (per-layer library selection) and ``rlcompile.kernel`` (schedule search for tensor programs), composed
-by ``rlcompile.optimize`` into a plan directory (``rlcompile.plan``). Shared pieces live beside them: ``models`` (zoo and user models), ``backends`` (ONNX Runtime and TVM),
+by ``rlcompile.optimize`` into a plan directory (``rlcompile.plan``). Shared pieces live beside them:
+``models`` (zoo and user models), ``backends`` (ONNX Runtime and TVM),
 ``measure`` (honest latency statistics) and ``report`` (tables and plots).
 """
 
@@ -16,9 +17,10 @@ quiet_idle_threads()
 def load(path):
     """A saved result, ready to run: ``rlcompile.load("r18").run({"input": x})`` -> list of outputs.
 
-    Accepts a plan directory from ``rlcompile optimize`` or ``rlcompile select``; one made on another CPU
-    or with other library versions is refused (:class:`rlcompile.errors.RlcompileError`).
+    Accepts a plan directory from ``rlcompile optimize`` or ``rlcompile select``, and a ``.tar`` from
+    ``rlcompile build``; one made on another CPU or with other library versions is refused
+    (:class:`rlcompile.errors.RlcompileError`).
     """
-    from rlcompile.plan import load_plan
+    from rlcompile.saved import load_saved
 
-    return load_plan(path)
+    return load_saved(path)

@@ -7,15 +7,17 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
 
 from rlcompile import __version__
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.measure import QUICK, MeasureConfig
 
 #: Tables are wide; when output is piped rich would squeeze them to 80 columns.
@@ -23,8 +25,12 @@ stdout = Console(width=None if sys.stdout.isatty() else 160, soft_wrap=True)
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160, soft_wrap=True)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="zoo model name (see `rlcompile models`) or path to an .onnx file")
+def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False) -> None:
+    if saved_too:
+        parser.add_argument("model", nargs="+", help="zoo model name or .onnx file; or one or more saved results "
+                            "(plan directories from select/optimize, .tar from build), timed alternately")  # fmt: skip
+    else:
+        parser.add_argument("model", help="zoo model name (see `rlcompile models`) or path to an .onnx file")
     parser.add_argument(
         "--input-shape",
         action="append",
@@ -116,15 +122,16 @@ def command_models(args: argparse.Namespace) -> int:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    """Measure one backend on one model (or a built artefact) and print its median latency."""
+    """Measure one backend on one model, or saved results (plans, artefacts) side by side."""
     from rlcompile.compare import compare_backends
-    from rlcompile.kernel.artifact import is_artifact
-    from rlcompile.plan import is_plan_dir
+    from rlcompile.saved import is_saved
 
-    if is_artifact(args.model):
-        return run_artifact(args)
-    if is_plan_dir(args.model):
-        return run_plan(args)
+    if any(is_saved(path) for path in args.model):
+        return run_saved(args)
+    if len(args.model) > 1:
+        raise RlcompileError("run takes one model, or several saved results (plan directories, kernel .tar "
+                             "artefacts); to compare backends on a model use `rlcompile compare`")  # fmt: skip
+    args.model = args.model[0]
     model = load(args)
     backend = make_backend(args.backend, args)
     comparison = compare_backends(model, [backend], measure_config(args), args.seed, note)
@@ -137,66 +144,28 @@ def command_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_artifact(args: argparse.Namespace) -> int:
-    """Run a ``model.tar`` from ``rlcompile build``: check it against the stored ORT outputs, then time it."""
-    from rlcompile.backends.tvm import TvmSession
-    from rlcompile.kernel.artifact import load_artifact
-    from rlcompile.measure import measure_latency
-    from rlcompile.tvm_bridge import resolve_target, target_device
-    from rlcompile.verify import compare_outputs
+def run_saved(args: argparse.Namespace) -> int:
+    """Check saved results on their reference inputs and time them alternately, with ORT native beside them."""
+    from rlcompile.saved import time_saved
 
-    artifact = load_artifact(Path(args.model))
-    meta = artifact.metadata
-    device = target_device(resolve_target(meta["target"]))
-    session = TvmSession(artifact.library, device, [spec.name for spec in artifact.inputs], 0.0)
-    agreement = compare_outputs(artifact.reference_outputs, session.run(artifact.reference_inputs))
-    note(f"measuring {args.model}")
-    latency = measure_latency(session.timer(artifact.reference_inputs), measure_config(args))
-    verdict = "agrees with" if agreement.within() else "DISAGREES with"
-    stdout.print(
-        f"{meta['model']} ({args.model}, {meta['tuned_tasks']}/{meta['total_tasks']} tasks tuned, {meta['target']}): "
-        f"median {latency.median_ms:.3f} ms (p90 {latency.p90_ms:.3f} ms, {latency.repeats} runs); "
-        f"{verdict} ONNX Runtime (max rel err {agreement.max_rel:.1e})",
-        highlight=False,
-    )
-    write_json(args.json, {"artifact": str(args.model), "metadata": meta, "latency": latency.to_dict(),
-                           "agreement": agreement.to_dict()})  # fmt: skip
-    return 0 if agreement.within() else 1
-
-
-def run_plan(args: argparse.Namespace) -> int:
-    """Run a plan directory from ``rlcompile select``: check it, then time it beside ONNX Runtime native."""
-    from rlcompile.measure import measure_alternating
-    from rlcompile.plan import load_plan, reference_model
-    from rlcompile.verify import compare_outputs
-
-    note(f"loading and compiling {args.model}")
-    plan = load_plan(Path(args.model))
-    feeds = plan.reference_inputs
-    agreement = compare_outputs(plan.reference_outputs, plan.run(feeds))
-    verdict = "agrees with" if agreement.within() else "DISAGREES with"
-    timers, names = [lambda: plan.run(feeds)], ["plan"]
-    original = reference_model(plan)
-    if original is not None:
-        from rlcompile.backends.ort import OrtBackend
-
-        timers.append(OrtBackend("all", threads=plan.manifest["threads"]).prepare(original).timer(feeds))
-        names.append("ort native")
-    note(f"timing {' and '.join(names)} alternately")
-    stats = dict(zip(names, measure_alternating(timers, measure_config(args)), strict=True))
-    mix = " -> ".join(plan.libraries)
-    line = (f"{plan.manifest['model']} ({args.model}, {len(plan.libraries)} segment(s): {mix}, "
-            f"{plan.manifest['threads']} threads): median {stats['plan'].median_ms:.3f} ms "
-            f"(p90 {stats['plan'].p90_ms:.3f} ms)")  # fmt: skip
-    if "ort native" in stats:
-        native = stats["ort native"].median_ms
-        line += f"; ONNX Runtime native {native:.3f} ms; plan/ORT {stats['plan'].median_ms / native:.3f}x"
+    timings, native = time_saved(args.model, measure_config(args), note)
+    for timing in timings:
+        verdict = "agrees with" if timing.agreement.within() else "DISAGREES with"
+        line = (f"{timing.path} ({timing.description}): median {timing.latency.median_ms:.3f} ms "
+                f"(p90 {timing.latency.p90_ms:.3f} ms)")  # fmt: skip
+        if timing is not timings[0]:
+            line += f", {timing.ratio_to_first:.3f}x {timings[0].path}"
+        if timing.ratio_to_native is not None:
+            line += f", {timing.ratio_to_native:.3f}x ONNX Runtime native"
+        stdout.print(f"{line}; {verdict} ONNX Runtime (max rel err {timing.agreement.max_rel:.1e})", highlight=False)
+    if native is None:
+        stdout.print("the original model is not at hand, so ONNX Runtime native was not timed", highlight=False)
     else:
-        line += "; the original model is not at hand, so ONNX Runtime native was not timed"
-    stdout.print(f"{line}; {verdict} ONNX Runtime (max rel err {agreement.max_rel:.1e})", highlight=False)
-    write_json(args.json, {"plan": str(args.model), "latency": {k: v.to_dict() for k, v in stats.items()},
-                           "agreement": agreement.to_dict(), "manifest": plan.manifest})  # fmt: skip
-    return 0 if agreement.within() else 1
+        stdout.print(f"ONNX Runtime native: median {native.median_ms:.3f} ms (p90 {native.p90_ms:.3f} ms), "
+                     "timed in the same rounds", highlight=False)  # fmt: skip
+    write_json(args.json, {"results": [timing.to_dict() for timing in timings],
+                           "ort_native": native.to_dict() if native else None})  # fmt: skip
+    return 0 if all(timing.agreement.within() for timing in timings) else 1
 
 
 def command_tasks(args: argparse.Namespace) -> int:
@@ -437,8 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", dest="json_stdout", action="store_true", help="print JSON instead of a table")
     models.set_defaults(handler=command_models)
 
-    run = commands.add_parser("run", help="measure a model's latency on one backend")
-    add_model_arguments(run)
+    run = commands.add_parser("run", help="measure a model on one backend, or saved results side by side")
+    add_model_arguments(run, saved_too=True)
     run.add_argument("--backend", default="ort", choices=["ort", "tvm"], help="execution backend (default ort)")
     add_backend_options(run)
     add_measure_arguments(run)
@@ -579,7 +548,31 @@ def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     return parser.parse_args(argv)
 
 
+#: Failures of the machine or the user's paths rather than of rlcompile: one line, exit 2.
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS,
+                                errno.ENOTDIR, errno.EISDIR})  # fmt: skip
+
+
+def describe_os_error(error: OSError) -> str:
+    """``No space left on device: PATH; ...`` without the errno number or a traceback."""
+    where = f": {error.filename}" if error.filename else ""
+    return (f"{error.strerror or error}{where}; what was saved before this point is kept, "
+            "so run the same command again once that is fixed and it resumes")  # fmt: skip
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Our own warnings as one line on stderr; everything else as Python shows it."""
+    if issubclass(category, RlcompileWarning):
+        stderr.print(f"rlcompile: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        default_show_warning(message, category, filename, lineno, file, line)
+
+
+default_show_warning = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = show_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -590,6 +583,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RlcompileError as error:
         stderr.print(f"rlcompile: error: {error}", markup=False, highlight=False, soft_wrap=True)
         return error.exit_status
+    except OSError as error:
+        if error.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        stderr.print(f"rlcompile: error: {describe_os_error(error)}", markup=False, highlight=False, soft_wrap=True)
+        return 2
     except KeyboardInterrupt:
         stderr.print("rlcompile: interrupted")
         return 130

@@ -30,3 +30,7 @@ class TargetError(RlcompileError):
 
 class BudgetError(RlcompileError):
     """A search budget (trials, episodes, time) is empty or invalid."""
+
+
+class RlcompileWarning(UserWarning):
+    """Something was repaired or skipped and the run goes on; the CLI prints it as one line."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,20 +128,35 @@ class LoadedPlan:
     def libraries(self) -> list[str]:
         return self.engine.libraries
 
+    @property
+    def record(self) -> dict:
+        """The manifest (what :mod:`rlcompile.saved` reads of any saved result)."""
+        return self.manifest
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return self.engine.run(feeds)
 
+    def timer(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        """One call of the plan on ``feeds``, as a user calls :meth:`run`."""
+        run = self.engine.run
+        return lambda: run(feeds)
 
-def check_machine(manifest: dict, path: Path) -> None:
-    """Refuse a plan made on another CPU or with other versions of the libraries it runs."""
-    saved = manifest.get("environment", {})
+    def describe(self) -> str:
+        count = len(self.libraries)
+        return (f"{self.manifest['model']}, {count} segment{'s' if count > 1 else ''}: {' -> '.join(self.libraries)}, "
+                f"{self.manifest['threads']} threads")  # fmt: skip
+
+
+def check_machine(record: dict, path: Path, packages: Sequence[str] = PINNED_PACKAGES) -> None:
+    """Refuse a saved result made on another CPU or with other versions of the libraries it runs."""
+    saved = record.get("environment", {})
     if saved.get("cpu") != cpu_model():
-        raise RlcompileError(f"{path} was made on {saved.get('cpu')!r}, this CPU is {cpu_model()!r}: select again here")
-    here = package_versions(PINNED_PACKAGES)
-    for package in PINNED_PACKAGES:
+        raise RlcompileError(f"{path} was made on {saved.get('cpu')!r}, this CPU is {cpu_model()!r}: make it here")
+    here = package_versions(packages)
+    for package in packages:
         if saved.get("packages", {}).get(package) != here[package]:
             raise RlcompileError(f"{path} was made with {package} {saved.get('packages', {}).get(package)}, "
-                                 f"this environment has {here[package]}: select again here")  # fmt: skip
+                                 f"this environment has {here[package]}: make it again here")  # fmt: skip
 
 
 def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
@@ -169,18 +184,3 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
         compiled.append(CompiledSegment(segment, runner, 0.0))
     engine = SegmentEngine(compiled, [spec["name"] for spec in manifest["inputs"]], manifest["outputs"])
     return LoadedPlan(path, manifest, engine, inputs, outputs)
-
-
-def reference_model(plan: LoadedPlan):
-    """The original model the plan was made from, when it can still be loaded (a zoo name, or the file)."""
-    from rlcompile.models import load_model
-
-    source = plan.manifest.get("source", "")
-    spec = plan.manifest["model"] if source.startswith("zoo:") else source
-    shapes = {i["name"]: tuple(i["shape"]) for i in plan.manifest["inputs"]}
-    if not source.startswith("zoo:") and not Path(source).is_file():
-        return None
-    try:
-        return load_model(spec, None if source.startswith("zoo:") else shapes)
-    except RlcompileError:
-        return None

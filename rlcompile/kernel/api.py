@@ -16,6 +16,7 @@ from rlcompile.kernel.measurer import Measurer, MeasureSettings, RpcSpec
 from rlcompile.kernel.tasks import SEED_LAYERS, Task, extract_tasks, seed_layer
 from rlcompile.kernel.tuner import DEFAULT_BATCH_SIZE, Callback, TaskState, Tuner
 from rlcompile.kernel.workdir import WorkDir
+from rlcompile.locks import exclusive
 from rlcompile.models import LoadedModel, Shape, load_model
 from rlcompile.tvm_bridge import resolve_target
 
@@ -79,6 +80,14 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
     strategies.create(request.strategy, seed=request.seed, **request.strategy_options)  # validate early
     target = resolve_target(request.target)
     rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None
+    with exclusive(request.work_dir, "tuning work directory"):
+        return tune_locked(request, target, rpc, callbacks, on_start, model, deadline)
+
+
+def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Sequence[Callback],
+                on_start: Callable[[list[Task]], None] | None, model: LoadedModel | None,
+                deadline: float | None) -> list[TaskState]:  # fmt: skip
+    """:func:`tune`'s work, with the work directory locked against a second process."""
     work_dir = WorkDir(request.work_dir, request.target)
     tasks = extract_tasks(model, target) if model is not None else load_tasks(request.model, target,
                                                                                request.input_shapes)[1]

@@ -8,9 +8,11 @@ the compiled model without the original file. Tasks without a tuning record keep
 
 from __future__ import annotations
 
+import functools
 import json
 import tarfile
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,22 +96,49 @@ class Artifact:
     def inputs(self) -> list[TensorSpec]:
         return [TensorSpec(i["name"], tuple(i["shape"]), np.dtype(i["dtype"])) for i in self.metadata["inputs"]]
 
+    @property
+    def record(self) -> dict:
+        """The metadata (what :mod:`rlcompile.saved` reads of any saved result)."""
+        return self.metadata
+
+    @functools.cached_property
+    def session(self):
+        from rlcompile.backends.tvm import TvmSession
+        from rlcompile.tvm_bridge import resolve_target, target_device
+
+        device = target_device(resolve_target(self.metadata["target"]))
+        return TvmSession(self.library, device, [spec.name for spec in self.inputs], 0.0)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(feeds)
+
+    def timer(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], None]:
+        return self.session.timer(feeds)
+
+    def describe(self) -> str:
+        meta = self.metadata
+        return f"{meta['model']}, TVM {meta['target']}, {meta['tuned_tasks']}/{meta['total_tasks']} tasks tuned"
+
 
 def is_artifact(spec: str) -> bool:
     return spec.endswith(".tar") and Path(spec).is_file()
 
 
 def load_artifact(path: Path) -> Artifact:
-    """Unpack and load a ``model.tar`` written by :func:`export_artifact`."""
+    """Unpack and load a ``model.tar`` written by :func:`export_artifact`; one from another CPU or TVM is refused."""
+    from rlcompile.plan import check_machine
+
     try:
-        with tarfile.open(path) as archive:
-            folder = Path(tempfile.mkdtemp(prefix="rlcompile-artifact-"))
+        with tempfile.TemporaryDirectory(prefix="rlcompile-artifact-") as scratch, tarfile.open(path) as archive:
+            folder = Path(scratch)
             archive.extractall(folder, filter="data")
-        metadata = json.loads((folder / METADATA).read_text())
-        library = tvm.runtime.load_module(str(folder / LIBRARY))
-        with np.load(folder / REFERENCE) as arrays:
-            inputs = {key.split(":", 1)[1]: arrays[key] for key in arrays.files if key.startswith("input:")}
-            outputs = [arrays[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in arrays.files))]
-    except (OSError, KeyError, tarfile.TarError, json.JSONDecodeError, ValueError) as error:
+            metadata = json.loads((folder / METADATA).read_text())
+            check_machine(metadata, path, ("apache-tvm",))
+            library = tvm.runtime.load_module(str(folder / LIBRARY))  # dlopen'ed: the file may go afterwards
+            with np.load(folder / REFERENCE) as stored:
+                arrays = dict(stored)
+    except (OSError, KeyError, RuntimeError, tarfile.TarError, ValueError) as error:
         raise RlcompileError(f"{path} is not an rlcompile artefact: {first_line(error)}") from None
+    inputs = {key.split(":", 1)[1]: value for key, value in arrays.items() if key.startswith("input:")}
+    outputs = [arrays[f"output:{i}"] for i in range(sum(key.startswith("output:") for key in arrays))]
     return Artifact(path, library, metadata, inputs, outputs)

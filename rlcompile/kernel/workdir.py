@@ -7,18 +7,20 @@
     database_tuning_record.json build the tuned model and by MetaSchedule's own search
     logs/                       MetaSchedule's per-task logs
 
-A run killed at any point (kill -9 included) loses at most the batch in flight: a truncated last line in
-any of the JSON-lines files is dropped when the directory is opened again.
+A run killed at any point (kill -9 included) loses at most the batch in flight: a line of any of the
+JSON-lines files that does not parse (a truncated last line, a damaged one in the middle) is moved to
+``FILE.corrupt`` when the directory is opened again, and the good lines around it are kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.measure import environment
 
 #: Environment fields that must match for measurements to be comparable.
@@ -31,17 +33,37 @@ def environment_fingerprint(target: str) -> dict:
             "apache-tvm": env["packages"]["apache-tvm"], "recorded": env}  # fmt: skip
 
 
-def repair_json_lines(path: Path) -> int:
-    """Drop a truncated final line (a write cut short by a kill); returns how many lines were dropped."""
+def set_aside_corrupt_lines(path: Path) -> int:
+    """Move lines that are not JSON (a write cut short by a kill, a damaged disk block) to ``PATH.corrupt``.
+
+    Every good line stays, in order; the bad ones are kept aside, never silently deleted. The file is
+    rewritten atomically, so a kill during the repair leaves either the old or the repaired file.
+    Returns how many lines were set aside.
+    """
     if not path.exists():
         return 0
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
+    lines = path.read_bytes().splitlines(keepends=True)
+    good, bad = [], []
+    for line in lines:
+        if not line.strip():
+            continue
+        (good if is_json_line(line) else bad).append(line if line.endswith(b"\n") else line + b"\n")
+    if not bad:
         return 0
-    cut = data.rfind(b"\n") + 1
-    with path.open("r+b") as handle:
-        handle.truncate(cut)
-    return 1
+    with (path.parent / f"{path.name}.corrupt").open("ab") as aside:
+        aside.writelines(bad)
+    repaired = path.with_name(f"{path.name}.repairing")
+    repaired.write_bytes(b"".join(good))
+    os.replace(repaired, path)
+    return len(bad)
+
+
+def is_json_line(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 class WorkDir:
@@ -55,8 +77,11 @@ class WorkDir:
         self.workload_path = self.path / "database_workload.json"
         self.record_path = self.path / "database_tuning_record.json"
         self.dropped_lines = sum(
-            repair_json_lines(p) for p in (self.journal_path, self.workload_path, self.record_path)
+            set_aside_corrupt_lines(p) for p in (self.journal_path, self.workload_path, self.record_path)
         )
+        if self.dropped_lines:
+            warnings.warn(f"{self.path}: {self.dropped_lines} damaged line(s) set aside in *.corrupt files; "
+                          "the measurements on them will be taken again", RlcompileWarning, stacklevel=2)  # fmt: skip
         self.check_environment(environment_fingerprint(target))
         self._database = None
 

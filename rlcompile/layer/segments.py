@@ -140,7 +140,7 @@ class SegmentEngine:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         if self.direct:
-            return self.compiled[0].runner([feeds[name] for name in self.inputs])
+            return self.compiled[0].runner.run_named(self.inputs, feeds)
         values = {name: np.asarray(feeds[name]) for name in self.inputs}
         for item in self.compiled:
             results = item.runner([values[name] for name in item.segment.inputs])

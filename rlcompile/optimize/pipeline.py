@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlcompile.errors import RlcompileError
 from rlcompile.layer.selection import Selection
+from rlcompile.locks import exclusive
 from rlcompile.models import Shape, load_model
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.optimize.budget import DEFAULT_BUDGET_S, LEVELS, Budget
@@ -93,9 +94,8 @@ class RunState:
 def optimize(request: OptimizeRequest, progress: Progress = lambda message: None) -> OptimizeResult:
     """Run the chosen levels in order on the model and write the fastest verified plan to ``request.output``."""
     started = time.monotonic()
-    settings, budget = request.settings, request.budget
     model = load_model(request.model, request.input_shapes)
-    output, work = Path(request.output), Path(request.output) / WORK
+    output = Path(request.output)
     if output.exists() and not output.is_dir():
         raise RlcompileError(f"-o {output} exists and is not a directory")
     key = run_key(request, model)
@@ -103,6 +103,15 @@ def optimize(request: OptimizeRequest, progress: Progress = lambda message: None
     if done is not None:
         progress(f"{output} already holds this optimisation (same model, levels, agents and budget): reusing it")
         return OptimizeResult(output, done)
+    with exclusive(output, "output directory"):
+        return run_stages(request, model, key, started, progress)
+
+
+def run_stages(request: OptimizeRequest, model: LoadedModel, key: dict, started: float,
+               progress: Progress) -> OptimizeResult:  # fmt: skip
+    """The stages of :func:`optimize`, with the output directory locked against a second process."""
+    settings, budget = request.settings, request.budget
+    output, work = Path(request.output), Path(request.output) / WORK
     work.mkdir(parents=True, exist_ok=True)
     state = RunState(work / STATE)
     stages: dict[str, dict] = {}

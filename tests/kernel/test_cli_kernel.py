@@ -46,9 +46,14 @@ def test_build_and_run_the_artifact(tuned: Path, tmp_path: Path, capsys) -> None
     assert "2 of" in capsys.readouterr().out and artifact.exists()
     assert main(["run", str(artifact), "--quick", "--json", str(tmp_path / "run.json")]) == 0
     out = capsys.readouterr().out
-    assert "agrees with ONNX Runtime" in out and "2/" in out
-    result = json.loads((tmp_path / "run.json").read_text())
+    assert "agrees with ONNX Runtime" in out and "2/" in out and "x ONNX Runtime native" in out
+    result = json.loads((tmp_path / "run.json").read_text())["results"][0]
     assert result["agreement"]["max_rel"] < 1e-3 and result["latency"]["median_ms"] > 0
+    # two saved results side by side (here the same one twice): alternating rounds, ratio to the first
+    assert main(["run", str(artifact), str(artifact), "--quick", "--json", str(tmp_path / "two.json")]) == 0
+    results = json.loads((tmp_path / "two.json").read_text())["results"]
+    assert len(results) == 2 and results[0]["ratio_to_first"] == 1.0 and 0.5 < results[1]["ratio_to_first"] < 2
+    assert f"x {artifact}" in capsys.readouterr().out
 
 
 def test_config_file_is_equivalent_to_flags(tmp_path: Path, capsys) -> None:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from rlcompile.errors import BudgetError, RlcompileError
+from rlcompile.errors import BudgetError, RlcompileError, RlcompileWarning
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.tuner import Tuner, allocate
-from rlcompile.kernel.workdir import WorkDir, repair_json_lines
+from rlcompile.kernel.workdir import WorkDir, set_aside_corrupt_lines
 
 
 def test_allocate_hands_out_whole_batches_round_robin() -> None:
@@ -46,12 +46,28 @@ def test_tune_records_and_resumes_without_remeasuring(small_conv_task, tmp_path)
     assert len((tmp_path / "measurements.jsonl").read_text().splitlines()) == 16
 
 
-def test_truncated_last_line_is_dropped(tmp_path) -> None:
+def test_truncated_last_line_is_set_aside(tmp_path) -> None:
     path = tmp_path / "measurements.jsonl"
     path.write_text('{"a": 1}\n{"b": 2}\n{"c": ')
-    assert repair_json_lines(path) == 1
+    assert set_aside_corrupt_lines(path) == 1
     assert path.read_text() == '{"a": 1}\n{"b": 2}\n'
-    assert repair_json_lines(path) == 0
+    assert (tmp_path / "measurements.jsonl.corrupt").read_text() == '{"c": \n'
+    assert set_aside_corrupt_lines(path) == 0
+
+
+def test_corrupt_middle_line_is_set_aside_and_the_rest_resumes(small_conv_task, tmp_path) -> None:
+    tuner(small_conv_task, tmp_path, 8).run()
+    journal = tmp_path / "measurements.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    lines[3] = "\x00\x00garbage{\n"
+    journal.write_text("".join(lines))
+    with pytest.warns(RlcompileWarning, match="1 damaged line"):
+        again = tuner(small_conv_task, tmp_path, 8)
+    state = again.run()[0]
+    assert state.resumed == 7 and state.trials == 8  # the damaged one is measured again, nothing else
+    keys = [json.loads(line)["key"] for line in journal.read_text().splitlines()]
+    assert len(keys) == 8 and len(set(keys)) == 8
+    assert "garbage" in (tmp_path / "measurements.jsonl.corrupt").read_text()
 
 
 def test_resume_on_another_target_is_refused(tmp_path) -> None:

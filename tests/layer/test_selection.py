@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,20 @@ def test_select_cli_writes_a_plan_directory_that_run_runs(tmp_path: Path, capsys
     assert "plans run end to end" in printed and "timing noise of this run" in printed and "wrote" in printed
     assert main(["run", str(out), "--quick"]) == 0
     printed = capsys.readouterr().out
-    assert "plan/ORT" in printed and "agrees with ONNX Runtime" in printed
+    assert "x ONNX Runtime native" in printed and "agrees with ONNX Runtime" in printed
+
+
+def test_run_refuses_saved_results_of_different_models_and_several_models(selection, tmp_path: Path, capsys):
+    out = save_plan(selection, tmp_path / "a")
+    other = tmp_path / "b"
+    shutil.copytree(out, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["inputs"][0]["shape"][0] = 7
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["run", str(out), str(other)]) == 2
+    assert main(["run", "lenet5", "resnet18"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and "take different inputs" in errors[0] and "run takes one model" in errors[1]
 
 
 def test_select_bad_options_exit_2(capsys, tmp_path: Path):

@@ -11,7 +11,7 @@ directory runs again without recompiling the slow ones (:meth:`Library.save`, :m
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,6 +24,11 @@ class Runner(ABC):
 
     @abstractmethod
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+    def run_named(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Run on ``feeds`` by input name (``names`` in this runner's input order); libraries that take a
+        name -> array mapping themselves override it to skip the copy into a list."""
+        return self([feeds[name] for name in names])
 
 
 class Library(ABC):

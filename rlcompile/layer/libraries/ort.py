@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -27,6 +27,11 @@ class OrtRunner(Runner):
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, dict(zip(self.names, inputs, strict=True)))
+
+    def run_named(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        if names == self.names and len(feeds) == len(names):
+            return self.session.run(None, feeds)  # the caller's mapping as it is, as a native user calls ORT
+        return super().run_named(names, feeds)
 
 
 class OrtLibrary(Library):

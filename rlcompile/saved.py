@@ -1,0 +1,116 @@
+"""Saved results, loaded one way: plan directories (``select``, ``optimize``) and kernel artefacts (``build``).
+
+Both carry the model they were made from (name, source, inputs), the machine they were made on, and
+reference inputs with ONNX Runtime's outputs for them, so either can be checked and timed anywhere
+without the original file. :func:`load_saved` returns a :class:`~rlcompile.plan.LoadedPlan` or a
+:class:`~rlcompile.kernel.artifact.Artifact`; both have ``run(feeds)``, ``timer(feeds)``, ``record``
+(the manifest or metadata), ``reference_inputs``, ``reference_outputs`` and ``describe()``.
+:func:`time_saved` times several of them side by side, alternating, next to ONNX Runtime native.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlcompile.errors import RlcompileError
+from rlcompile.measure import LatencyStats, MeasureConfig, host_cores, measure_alternating
+from rlcompile.verify import Agreement, compare_outputs
+
+NATIVE = "ort native"
+
+
+def is_saved(path: str | Path) -> bool:
+    """Whether ``path`` is a plan directory or a kernel artefact (``.tar``)."""
+    from rlcompile.kernel.artifact import is_artifact
+    from rlcompile.plan import is_plan_dir
+
+    return is_plan_dir(path) or is_artifact(str(path))
+
+
+def load_saved(path: str | Path):
+    """A plan directory or a kernel artefact, loaded and ready to run; anything else is refused in one line."""
+    from rlcompile.kernel.artifact import is_artifact, load_artifact
+    from rlcompile.plan import load_plan
+
+    if is_artifact(str(path)):
+        return load_artifact(Path(path))
+    if Path(path).is_dir():
+        return load_plan(path)
+    raise RlcompileError(f"{path} is neither a plan directory (select, optimize) nor a kernel artefact (build)")
+
+
+def original_model(record: dict):
+    """The model a saved result was made from, when it can still be loaded (a zoo name, or the file)."""
+    from rlcompile.models import load_model
+
+    source = record.get("source", "")
+    if source.startswith("zoo:"):
+        spec, shapes = record["model"], None
+    elif Path(source).is_file():
+        spec, shapes = source, {item["name"]: tuple(item["shape"]) for item in record["inputs"]}
+    else:
+        return None
+    try:
+        return load_model(spec, shapes)
+    except RlcompileError:
+        return None
+
+
+def input_signature(record: dict) -> list[tuple[str, tuple[int, ...], str]]:
+    return [(item["name"], tuple(item["shape"]), item["dtype"]) for item in record["inputs"]]
+
+
+@dataclass
+class SavedTiming:
+    """One saved result timed beside the others: latency, ratio to the first, agreement with ORT."""
+
+    path: str
+    description: str
+    latency: LatencyStats
+    ratio_to_first: float
+    ratio_to_native: float | None
+    agreement: Agreement
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "description": self.description, "latency": self.latency.to_dict(),
+                "ratio_to_first": self.ratio_to_first, "ratio_to_native": self.ratio_to_native,
+                "agreement": self.agreement.to_dict()}  # fmt: skip
+
+
+Timings = tuple[list["SavedTiming"], LatencyStats | None]
+
+
+def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
+               progress: Callable[[str], None] = lambda message: None) -> Timings:  # fmt: skip
+    """Load every saved result, check each on the first one's reference inputs, time them alternately.
+
+    All must be made from a model with the same inputs (names, shapes, types). ONNX Runtime native on
+    the original model joins the rounds when the model can still be loaded. Returns the timings in
+    the order given and ORT native's latency (``None`` when the model is not at hand).
+    """
+    progress(f"loading {', '.join(map(str, paths))}")
+    saved = [load_saved(path) for path in paths]
+    first = saved[0]
+    for path, item in zip(paths[1:], saved[1:], strict=True):
+        if input_signature(item.record) != input_signature(first.record):
+            raise RlcompileError(f"{path} and {paths[0]} take different inputs ({item.record['model']} vs "
+                                 f"{first.record['model']}); compare saved results of one model")  # fmt: skip
+    feeds = first.reference_inputs
+    agreements = [compare_outputs(first.reference_outputs, item.run(feeds)) for item in saved]
+    timers, names = [item.timer(feeds) for item in saved], [str(path) for path in paths]
+    original = original_model(first.record)
+    if original is not None:
+        from rlcompile.backends.ort import OrtBackend
+
+        threads = first.record.get("threads") or host_cores()
+        timers.append(OrtBackend("all", threads=threads).prepare(original).timer(feeds))
+        names.append(NATIVE)
+    progress(f"timing {', '.join(names)} alternately")
+    stats = measure_alternating(timers, config)
+    native = stats[len(saved)] if original is not None else None
+    timings = [SavedTiming(str(path), item.describe(), latency, latency.median_ms / stats[0].median_ms,
+                           latency.median_ms / native.median_ms if native else None, agreement)
+               for path, item, latency, agreement in zip(paths, saved, stats, agreements, strict=False)]  # fmt: skip
+    return timings, native
