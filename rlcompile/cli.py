@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -345,8 +346,6 @@ def command_optimize(args: argparse.Namespace) -> int:
                              libraries=args.libraries)  # fmt: skip
     request = OptimizeRequest(args.model, args.output, parse_input_shapes(args.input_shape), budget, tuple(levels),
                               settings)  # fmt: skip
-    log(f"optimizing {args.model}: levels {', '.join(levels)}, budget {budget:.0f} s, {settings.threads} threads, "
-        f"output {args.output}/")  # fmt: skip
     result = optimize(request, log)
     stdout.print(optimize_table(result.manifest))
     latency = result.manifest["optimize"]["latency"]
@@ -394,13 +393,44 @@ def command_compare(args: argparse.Namespace) -> int:
     return 0 if all(r.agreement is None or r.agreement.within() for r in comparison.results) else 1
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors as one line and exit status 2, like every other error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"rlcompile: error: {message} (see `{self.prog} --help`)\n")
+
+
+#: Options that name where a command writes: checked before any work starts.
+OUTPUT_OPTIONS = ("json", "output", "work_dir", "table_dir")
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Fail in one line now, not after minutes of work, when an output cannot be written where asked."""
+    for option in OUTPUT_OPTIONS:
+        path = getattr(args, option, None)
+        if isinstance(path, Path):
+            try:
+                probe_writable(path.parent)
+            except OSError as error:
+                flag = "--" + option.replace("_", "-")
+                raise RlcompileError(f"{flag} {path} cannot be written: {error.strerror or error}"
+                                     f"{f': {error.filename}' if error.filename else ''}") from None  # fmt: skip
+
+
+def probe_writable(folder: Path) -> None:
+    """Create ``folder`` if needed and write (then remove) a scratch file in it; OSError when it cannot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+        pass
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rlcompile",
         description="Make trained networks run faster with reinforcement-learning compiler agents.",
     )
     parser.add_argument("--version", action="version", version=f"rlcompile {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
     models = commands.add_parser("models", help="list the built-in model zoo")
     models.add_argument("--json", dest="json_stdout", action="store_true", help="print JSON instead of a table")
@@ -550,7 +580,7 @@ def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str] | Non
 
 #: Failures of the machine or the user's paths rather than of rlcompile: one line, exit 2.
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS,
-                                errno.ENOTDIR, errno.EISDIR})  # fmt: skip
+                                errno.ENOTDIR, errno.EISDIR, errno.EEXIST})  # fmt: skip
 
 
 def describe_os_error(error: OSError) -> str:
@@ -574,10 +604,14 @@ default_show_warning = warnings.showwarning
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = show_warning
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # usage errors (one line, status 2) and --help / --version (status 0)
+        return int(exit_.code or 0)
     try:
         if getattr(args, "config", None):
             args = apply_config_file(parser, argv, args)
+        check_output_paths(args)
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except RlcompileError as error:

@@ -77,6 +77,8 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
     """
     if request.trials is not None and request.trials <= 0:
         raise BudgetError(f"--trials must be positive, got {request.trials}")
+    if request.batch_size <= 0:
+        raise BudgetError(f"--batch-size must be positive, got {request.batch_size}")
     strategies.create(request.strategy, seed=request.seed, **request.strategy_options)  # validate early
     target = resolve_target(request.target)
     rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None

@@ -96,6 +96,8 @@ def optimize(request: OptimizeRequest, progress: Progress = lambda message: None
     started = time.monotonic()
     model = load_model(request.model, request.input_shapes)
     output = Path(request.output)
+    progress(f"optimizing {model.name}: levels {', '.join(request.levels)}, budget {request.budget.total_s:.0f} s, "
+             f"{request.settings.threads} threads, output {output}/")  # fmt: skip
     if output.exists() and not output.is_dir():
         raise RlcompileError(f"-o {output} exists and is not a directory")
     key = run_key(request, model)
