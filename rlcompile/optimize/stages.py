@@ -52,8 +52,9 @@ def graph_stage(model: LoadedModel, settings: StageSettings, limit_s: float, wor
     from rlcompile.graph.api import GraphRequest, optimize_graph
 
     started = time.monotonic()
+    checkpoint = work / f"graph-ppo-seed{settings.seed}.pt" if settings.graph_agent == "ppo" else None  # resumable
     request = GraphRequest(agent=settings.graph_agent, max_steps=50, time_limit_s=max(limit_s, 1.0),
-                           seed=settings.seed, timing=None)  # fmt: skip
+                           seed=settings.seed, timing=None, checkpoint=checkpoint)  # fmt: skip
     run = optimize_graph(model, request, progress)
     rewritten = LoadedModel(model.name, run.proto, list(model.inputs), model.source, list(model.notes))
     record = {"agent": settings.graph_agent, "rewrites": run.kept_rewrites, "cleanup": len(run.cleanup),

@@ -131,3 +131,18 @@ def test_mixture_sampling_sharpens_with_low_temperature():
     assert all(abs(value - 10.0) < 0.5 for value in cold)
     hot = [float(MDNRNN.sample((logits, means, log_sigmas), 1.0, generator)) for _ in range(200)]
     assert any(abs(value) < 4 for value in hot)
+
+
+def test_interrupted_training_carries_on_from_its_saved_state(env, tmp_path):
+    from rlcompile.graph.agents.ppo import train
+
+    resume = tmp_path / "ppo.pt.training"
+    first_config = PPOConfig(train_episodes=3, episode_steps=5, steps_per_update=16)
+    _, first = train(env, first_config, seed=1, resume=resume)
+    assert resume.exists() and first["resumed_episodes"] == 0 and first["train_episodes"] >= 3
+    _, second = train(env, PPOConfig(train_episodes=8, episode_steps=5, steps_per_update=16), seed=1, resume=resume)
+    assert second["resumed_episodes"] == first["train_episodes"] and second["train_episodes"] >= 8
+    assert second["train_env_steps"] - first["train_env_steps"] < 8 * 5 + 16  # the first run's steps not redone
+    small = GraphEnv(env.initial_model, env.rules[:3], env.cost_model, max_steps=5)
+    with pytest.raises(RlcompileError, match="other rules"):
+        train(small, first_config, resume=resume)

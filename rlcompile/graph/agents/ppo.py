@@ -11,6 +11,7 @@ inference-time optimisation cost, reported apart from training.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -186,17 +187,27 @@ def update(policy: nn.Module, optimizer, steps: list[Step], last_value: float, c
 
 
 def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float = float("inf"),
-          progress: ProgressCallback | None = None) -> tuple[HierarchicalPolicy, dict]:  # fmt: skip
-    """PPO on the real environment; returns the policy and training statistics."""
+          progress: ProgressCallback | None = None,
+          resume: Path | None = None) -> tuple[HierarchicalPolicy, dict]:  # fmt: skip
+    """PPO on the real environment; returns the policy and training statistics.
+
+    ``resume``: after every update the whole training state (policy, optimiser, counters, random
+    generators) is written there atomically, and a run that finds it carries on from it, so training
+    killed at any moment (kill -9 included) loses at most one update's rollout. The time limit counts
+    the seconds spent before the interruption too.
+    """
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     observation, _ = env.reset(seed=seed)
     node_features = observation["graph"].nodes.shape[1]
     policy = HierarchicalPolicy.for_graphs(node_features, len(env.rules), config.hidden, env.max_locations)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-    started = time.perf_counter()
-    episodes = env_steps = 0
-    best_cost, returns, episode_return = env.initial_cost, [], 0.0
+    counters = {"episodes": 0, "env_steps": 0, "best_cost": env.initial_cost, "returns": [], "seconds": 0.0}
+    identity = {"rules": [rule.id for rule in env.rules], "node_features": node_features, "hidden": config.hidden}
+    resumed = load_training_state(resume, identity, policy, optimizer, generator, counters) if resume else 0
+    started = time.perf_counter() - counters["seconds"]
+    episodes, env_steps, best_cost, returns = (counters[k] for k in ("episodes", "env_steps", "best_cost", "returns"))
+    episode_return = 0.0
     while episodes < config.train_episodes and time.perf_counter() - started < time_limit_s:
         steps = []
         for _ in range(config.steps_per_update):
@@ -217,11 +228,55 @@ def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float =
         with torch.no_grad():
             _, _, last_value, _ = policy.distributions(Batch.from_data_list([to_data(observation)]))
         update(policy, optimizer, steps, float(last_value), config, generator)
+        if resume:
+            counters = {"episodes": episodes, "env_steps": env_steps, "best_cost": best_cost, "returns": returns,
+                        "seconds": time.perf_counter() - started}  # fmt: skip
+            save_training_state(resume, identity, policy, optimizer, generator, counters)
         if progress:
             progress(episodes, best_cost, env_steps)
     stats = {"train_episodes": episodes, "train_env_steps": env_steps, "train_seconds": time.perf_counter() - started,
-             "best_cost_seen_in_training_ms": best_cost, "episode_returns": returns}  # fmt: skip
+             "best_cost_seen_in_training_ms": best_cost, "episode_returns": returns,
+             "resumed_episodes": resumed}  # fmt: skip
     return policy, stats
+
+
+def save_training_state(path: Path, identity: dict, policy: nn.Module, optimizer, generator: torch.Generator,
+                        counters: dict) -> None:  # fmt: skip
+    """Everything :func:`train` needs to carry on, written to a scratch file and renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    torch.save({"identity": identity, "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(), "generator": generator.get_state(), "counters": counters},
+               scratch)  # fmt: skip
+    os.replace(scratch, path)
+
+
+def load_training_state(path: Path, identity: dict, policy: nn.Module, optimizer, generator: torch.Generator,
+                        counters: dict) -> int:  # fmt: skip
+    """Restore a state :func:`save_training_state` wrote for this graph's rules; returns the episodes it had done.
+
+    A state for other rules or another network shape is refused in one line rather than half-loaded.
+    """
+    if not path.exists():
+        return 0
+    try:
+        saved = torch.load(path, weights_only=False)
+    except Exception as error:  # a torn or foreign file: say so, do not guess
+        raise RlcompileError(f"cannot resume PPO training from {path}: {error}; delete it to start over") from None
+    if saved.get("identity") != identity:
+        raise RlcompileError(f"{path} holds PPO training for other rules or features; delete it or use another "
+                             "--checkpoint")  # fmt: skip
+    policy.load_state_dict(saved["policy"])
+    optimizer.load_state_dict(saved["optimizer"])
+    torch.set_rng_state(saved["torch_rng"])
+    generator.set_state(saved["generator"])
+    counters.update(saved["counters"])
+    return int(counters["episodes"])
+
+
+def training_state_path(checkpoint: Path) -> Path:
+    """Where training in progress towards ``checkpoint`` is kept (``agent.pt`` -> ``agent.pt.training``)."""
+    return checkpoint.with_name(checkpoint.name + ".training")
 
 
 def apply_policy(policy: HierarchicalPolicy, env: GraphEnv) -> tuple[ir.Model, float, list[Rewrite], float]:
@@ -282,7 +337,8 @@ class PPOSearch(GraphSearch):
                 raise RlcompileError(f"{self.load} was trained with other rules: {', '.join(rule_ids)}")
             stats = {"train_episodes": 0, "train_seconds": 0.0, "loaded": str(self.load)}
         else:
-            policy, stats = train(env, self.config, self.seed, self.budget.time_limit_s, progress)
+            resume = training_state_path(self.checkpoint) if self.checkpoint is not None else None
+            policy, stats = train(env, self.config, self.seed, self.budget.time_limit_s, progress, resume)
             if self.checkpoint is not None:
                 save_checkpoint(self.checkpoint, policy, self.config, [rule.id for rule in rules])
         best, cost, path, seconds = apply_policy(policy, env)
