@@ -105,13 +105,16 @@ def import_onnx(model: LoadedModel) -> tvm.IRModule:
     """Import into Relax with static shapes; unsupported operators become a one-line error."""
     from tvm.relax.frontend.onnx import from_onnx
 
+    from rlcompile.models.onnx_model import foldable_for_import
+
+    proto = foldable_for_import(model)
     shapes = {spec.name: [int(d) for d in spec.shape] for spec in model.inputs}
     dtypes = {spec.name: str(spec.dtype) for spec in model.inputs}
     try:
         with warnings.catch_warnings():
             # the frontend warns for every value name it sanitises ("Renaming name a.b to a_b")
             warnings.filterwarnings("ignore", message="Renaming name", category=UserWarning)
-            return from_onnx(model.proto, shape_dict=shapes, dtype_dict=dtypes)
+            return from_onnx(proto, shape_dict=shapes, dtype_dict=dtypes)
     except tvm.error.OpNotImplemented as error:
         raise UnsupportedOperatorError(f"TVM cannot import {model.name}: {first_line(error)}") from None
     except Exception as error:

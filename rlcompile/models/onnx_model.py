@@ -60,6 +60,9 @@ class LoadedModel:
     inputs: list[TensorSpec]
     source: str
     notes: list[str] = field(default_factory=list)
+    #: why the shapes could not be folded at load time (ONNX Runtime runs the model as it is; TVM paths
+    #: try another folder before they import it); ``None`` when folding was not needed or worked
+    fold_failure: str | None = None
 
     @functools.cached_property
     def serialized(self) -> bytes:
@@ -229,8 +232,58 @@ def fold_model(proto: onnx.ModelProto, inputs: list[TensorSpec]) -> tuple[onnx.M
         raise ModelError(f"folded model does not match the original: {error}") from None
 
 
+def fold_with_ort(proto: onnx.ModelProto, inputs: list[TensorSpec]) -> tuple[onnx.ModelProto, Agreement]:
+    """The second way to fold: ONNX Runtime's own basic level (constant folding with the static input shapes,
+    standard ONNX operators only), saved as a model and verified against the original."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from rlcompile.backends.ort import run_proto
+
+    with tempfile.TemporaryDirectory(prefix="rlcompile-fold-") as scratch:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(Path(scratch) / "folded.onnx")
+        try:
+            ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            folded = onnx.load(options.optimized_model_filepath)
+        except Exception as error:
+            raise ModelError(f"folding the model with ONNX Runtime failed: {first_line(error)}") from None
+    folded.ir_version = min(folded.ir_version, MAX_IR_VERSION)
+    feeds = {spec.name: random_tensor(spec, np.random.default_rng(0)) for spec in inputs}
+    try:
+        return folded, compare_outputs(run_proto(proto, feeds), run_proto(folded, feeds))
+    except ValueError as error:
+        raise ModelError(f"the model folded by ONNX Runtime does not match the original: {error}") from None
+
+
+def checked_fold(fold, proto: onnx.ModelProto, inputs: list[TensorSpec], how: str) -> onnx.ModelProto:
+    """``fold(proto, inputs)`` when its outputs agree with the original's; :class:`ModelError` otherwise."""
+    folded, agreement = fold(proto, inputs)
+    if not agreement.within():
+        raise ModelError(f"folding with {how} changed the outputs (max rel error {agreement.max_rel:.3g})")
+    return folded
+
+
+def foldable_for_import(model: LoadedModel) -> onnx.ModelProto:
+    """The proto a compiler that needs constant shapes should import: as loaded, or, when folding failed at
+    load time, folded by ONNX Runtime instead; one line naming both failures when neither works."""
+    if model.fold_failure is None:
+        return model.proto
+    try:
+        return checked_fold(fold_with_ort, model.proto, model.inputs, "ONNX Runtime")
+    except ModelError as error:
+        raise ModelError(f"{model.name} computes shapes at run time and cannot be made static: "
+                         f"{model.fold_failure}; {error}") from None  # fmt: skip
+
+
 def load_onnx_file(path: Path, input_shapes: Mapping[str, Shape] | None = None) -> LoadedModel:
-    """Load a user's ONNX file with static input shapes, folded for import when needed."""
+    """Load a user's ONNX file with static input shapes, folded for import when needed.
+
+    When onnxslim's fold fails or changes the outputs, the model is kept as it is (ONNX Runtime runs it
+    unfolded) and :attr:`LoadedModel.fold_failure` says why; TVM paths then try ONNX Runtime's folding.
+    """
     proto = read_onnx(path)
     name = path.stem
     inputs, changed = fix_input_shapes(proto, graph_inputs(proto), input_shapes or {}, name)
@@ -239,14 +292,12 @@ def load_onnx_file(path: Path, input_shapes: Mapping[str, Shape] | None = None) 
         proto.ir_version = MAX_IR_VERSION
         model.notes.append(f"IR version lowered to {MAX_IR_VERSION} for ONNX Runtime")
     if changed or needs_folding(proto):
-        folded, agreement = fold_model(proto, inputs)
-        if not agreement.within():
-            raise ModelError(
-                f"folding {name} changed its outputs (max rel error {agreement.max_rel:.3g}); it cannot be "
-                "made static safely"
-            )
-        model.proto = folded
-        model.notes.append(f"shapes fixed and folded with onnxslim (max rel error {agreement.max_rel:.2g})")
+        try:
+            model.proto = checked_fold(fold_model, proto, inputs, "onnxslim")
+            model.notes.append("shapes fixed and folded with onnxslim (outputs checked in ONNX Runtime)")
+        except ModelError as error:
+            model.fold_failure = str(error)
+            model.notes.append(f"not folded ({error}); ONNX Runtime runs it as it is")
     return model
 
 
