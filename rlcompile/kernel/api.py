@@ -13,7 +13,7 @@ from pathlib import Path
 from rlcompile.errors import BudgetError, RlcompileError
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer, MeasureSettings, RpcSpec
-from rlcompile.kernel.tasks import SEED_LAYERS, Task, extract_tasks, seed_layer
+from rlcompile.kernel.tasks import SEED_LAYERS, Task, extract_tasks, extract_tasks_cached, seed_layer
 from rlcompile.kernel.tuner import DEFAULT_BATCH_SIZE, Callback, TaskState, Tuner
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.locks import exclusive
@@ -91,8 +91,12 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
                 deadline: float | None) -> list[TaskState]:  # fmt: skip
     """:func:`tune`'s work, with the work directory locked against a second process."""
     work_dir = WorkDir(request.work_dir, request.target)
-    tasks = extract_tasks(model, target) if model is not None else load_tasks(request.model, target,
-                                                                               request.input_shapes)[1]
+    if model is None and request.model not in SEED_LAYERS:
+        model = load_model(request.model, request.input_shapes)
+    if model is None:
+        tasks = [seed_layer(request.model, target)]
+    else:
+        tasks = extract_tasks_cached(model, target, work_dir.tasks_path)
     tasks = select_tasks(tasks, request.tasks)
     if on_start:
         on_start(tasks)

@@ -13,9 +13,12 @@ and 11th of ours: the rule is reproducible, the shapes may differ from the autho
 from __future__ import annotations
 
 import functools
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 import onnx
 
@@ -167,6 +170,30 @@ def extract_tasks(model: LoadedModel, target: tvm.target.Target) -> list[Task]:
         for item in extracted
     ]
     tasks.sort(key=lambda task: -task.weight * task.flops)
+    return tasks
+
+
+def extract_tasks_cached(model: LoadedModel, target: tvm.target.Target, cache: Path) -> list[Task]:
+    """:func:`extract_tasks`, saved to ``cache`` as soon as it exists and read back by the next run of the same
+    model and target (import and extraction take seconds to minutes; reading them back, a tenth of a second).
+    """
+    import hashlib
+
+    key = {"model": hashlib.sha256(model.serialized).hexdigest(), "target": str(target)}
+    try:
+        saved = json.loads(cache.read_text()) if cache.exists() else {}
+    except (OSError, ValueError):
+        saved = {}
+    if saved.get("key") == key:
+        return [Task(name=item["name"], label=item["label"], mod=tvm.ir.load_json(item["mod"]), target=target,
+                     weight=item["weight"], source=item["source"]) for item in saved["tasks"]]  # fmt: skip
+    tasks = extract_tasks(model, target)
+    entries = [{"name": task.name, "label": task.label, "weight": task.weight, "source": task.source,
+                "mod": tvm.ir.save_json(task.mod)} for task in tasks]  # fmt: skip
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    scratch = cache.with_name(cache.name + ".tmp")
+    scratch.write_text(json.dumps({"key": key, "tasks": entries}))
+    os.replace(scratch, cache)
     return tasks
 
 

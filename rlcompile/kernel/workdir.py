@@ -5,6 +5,8 @@
                                 after every batch: the resume log and the failure record
     database_workload.json      MetaSchedule JSON database with the successful records only, used to
     database_tuning_record.json build the tuned model and by MetaSchedule's own search
+    tasks.json                  the model's extracted tasks (TVM JSON), saved as soon as they exist so a
+                                resumed run skips the import and the extraction
     logs/                       MetaSchedule's per-task logs
 
 A run killed at any point (kill -9 included) loses at most the batch in flight: a line of any of the
@@ -76,6 +78,7 @@ class WorkDir:
         self.journal_path = self.path / "measurements.jsonl"
         self.workload_path = self.path / "database_workload.json"
         self.record_path = self.path / "database_tuning_record.json"
+        self.tasks_path = self.path / "tasks.json"
         self.dropped_lines = sum(
             set_aside_corrupt_lines(p) for p in (self.journal_path, self.workload_path, self.record_path)
         )

@@ -65,3 +65,20 @@ def test_select_tasks_by_index_and_substring(target) -> None:
         select_tasks(tasks, "99")
     with pytest.raises(RlcompileError, match="matches no task"):
         select_tasks(tasks, "winograd")
+
+
+def test_extracted_tasks_are_saved_and_read_back_for_the_same_model_and_target(target, tmp_path) -> None:
+    from rlcompile.kernel.tasks import extract_tasks_cached
+
+    cache = tmp_path / "tasks.json"
+    model = load_model("lenet5")
+    first = extract_tasks_cached(model, target, cache)
+    assert cache.exists()
+    again = extract_tasks_cached(model, target, cache)  # read back: no import, no extraction
+    assert [(t.name, t.label, t.weight, t.workload_key) for t in again] == [
+        (t.name, t.label, t.weight, t.workload_key) for t in first
+    ]
+    other = load_model("squeezenet1_1")
+    assert [t.source for t in extract_tasks_cached(other, target, cache)] == ["squeezenet1_1"] * len(
+        extract_tasks_cached(other, target, cache)
+    )
