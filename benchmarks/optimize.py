@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget", default="4m", help="optimize's --budget per model (default 4m, as --quick)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("results/optimize"))
+    parser.add_argument("--redo", default="", help="models to run again from scratch (their output is deleted)")
     return parser.parse_args(argv)
 
 
@@ -170,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     from rlcompile.measure import environment
 
     saved["environment"] = environment(args.threads)
+    for name in [m.strip() for m in args.redo.split(",") if m.strip()]:
+        saved["models"].pop(name, None)
+        shutil.rmtree(args.out / "runs" / name, ignore_errors=True)
+        for stale in (args.out / "runs").glob(f"{name}.*"):
+            stale.unlink()
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         if name in saved["models"] and "error" not in saved["models"][name]:
             console.log(f"{name}: already in {path}")
