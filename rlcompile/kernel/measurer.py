@@ -22,6 +22,8 @@ from rlcompile.errors import RlcompileError
 from rlcompile.tvm_bridge import tvm
 
 BUILD_TIMEOUT_S = 60.0
+#: Status of a candidate whose remote device went away during every attempt: not recorded, measured later.
+DEVICE_LOST = "device_lost"
 RUN_TIMEOUT_S = 30.0
 
 
@@ -67,13 +69,25 @@ class MeasureSettings:
 class Measurement:
     """The outcome of measuring one candidate. ``seconds`` is the median run time when ``ok``."""
 
-    status: str  # "ok" | "build_error" | "run_error" | "timeout"
+    status: str  # "ok" | "build_error" | "run_error" | "timeout" | "device_lost" (never journaled)
     seconds: float | None = None
     error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+#: Parts of a runner error that mean the remote device or the link to it failed, not the candidate.
+DEVICE_FAILURE_MARKERS = ("RPCCode", "RPCSession", "rpc session", "Connection", "connection", "Socket", "socket",
+                          "Broken pipe", "tracker")  # fmt: skip
+#: How many more times a candidate whose device was lost is sent to the tracker (another server).
+DEVICE_RETRIES = 2
+
+
+def is_device_failure(message: str) -> bool:
+    """Whether a remote run failed because its device went away (the candidate is not to blame)."""
+    return any(marker in message for marker in DEVICE_FAILURE_MARKERS)
 
 
 def classify_error(message: str, stage: str) -> Measurement:
@@ -131,17 +145,23 @@ class Measurer:
             else:
                 runnable.append(index)
         device_type = "cuda" if self.target.kind.name == "cuda" else "cpu"
-        futures = self.runner.run(
-            [RunnerInput(built[i].artifact_path, device_type, candidates[i].args_info) for i in runnable]
-        )
-        for index, future in zip(runnable, futures, strict=True):
-            result = future.result()
-            if result.error_msg:
-                measurements[index] = classify_error(result.error_msg, "run")
-            else:
-                seconds = float(np.median([float(s) for s in result.run_secs]))
-                measurements[index] = Measurement(status="ok", seconds=seconds)
+        inputs = {i: RunnerInput(built[i].artifact_path, device_type, candidates[i].args_info) for i in runnable}
+        for _ in range(1 + (DEVICE_RETRIES if self.rpc is not None else 0)):
+            pending = [i for i in runnable if measurements[i] is None or measurements[i].status == DEVICE_LOST]
+            if not pending:
+                break
+            for index, future in zip(pending, self.runner.run([inputs[i] for i in pending]), strict=True):
+                measurements[index] = self.outcome(future.result(), remote=self.rpc is not None)
         for result in built:
             if result.artifact_path:
                 shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
         return [m for m in measurements if m is not None]
+
+    @staticmethod
+    def outcome(result, remote: bool) -> Measurement:
+        """A runner result as a :class:`Measurement`; a remote device lost mid-run is ``device_lost``."""
+        if not result.error_msg:
+            return Measurement(status="ok", seconds=float(np.median([float(s) for s in result.run_secs])))
+        if remote and is_device_failure(result.error_msg):
+            return Measurement(status=DEVICE_LOST, error=classify_error(result.error_msg, "run").error)
+        return classify_error(result.error_msg, "run")

@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rlcompile.errors import BudgetError
+from rlcompile.errors import BudgetError, RlcompileError
 from rlcompile.kernel.cost_model import MIN_TRAINING_SAMPLES, KnobXGB
-from rlcompile.kernel.measurer import Measurement, Measurer
+from rlcompile.kernel.measurer import DEVICE_LOST, Measurement, Measurer
 from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.strategies import SearchContext, SearchStrategy
 from rlcompile.kernel.strategies.base import Proposal
@@ -69,6 +69,8 @@ class TaskState:
     elapsed_seconds: float = 0.0
     history: list[dict] = field(default_factory=list)
     exhausted: bool = False
+    #: candidates whose remote device went away in every attempt: not recorded, proposed again later
+    device_lost: int = 0
 
     @property
     def failures(self) -> int:
@@ -90,7 +92,7 @@ class TaskState:
             "gflops": self.gflops, "statuses": dict(self.statuses), "errors": dict(self.errors.most_common(5)),
             "search_seconds": self.strategy.stats.search_seconds, "measure_seconds": self.measure_seconds,
             "elapsed_seconds": self.elapsed_seconds, "search": self.strategy.stats.to_dict(),
-            "exhausted": self.exhausted, "history": self.history,
+            "exhausted": self.exhausted, "device_lost": self.device_lost, "history": self.history,
         }  # fmt: skip
 
 
@@ -229,8 +231,17 @@ class Tuner:
         candidates = [proposal.candidate() for proposal in proposals]
         measurements = self.measurer.measure(candidates)
         state.measure_seconds += time.perf_counter() - measure_started
-        self.record(state, proposals, candidates, measurements, started)
-        state.strategy.observe(proposals, measurements)
+        kept = [index for index, measurement in enumerate(measurements) if measurement.status != DEVICE_LOST]
+        state.device_lost += len(measurements) - len(kept)
+        if measurements and not kept:
+            raise RlcompileError("every candidate of a batch lost its remote device, in every retry: no RPC server "
+                                 "is left to measure on; what was measured is saved, so start a server and run "
+                                 "again to resume")  # fmt: skip
+        proposals, candidates, measurements = ([items[i] for i in kept] for items in (proposals, candidates,
+                                                                                       measurements))  # fmt: skip
+        if proposals:
+            self.record(state, proposals, candidates, measurements, started)
+            state.strategy.observe(proposals, measurements)
         self.notify(state)
 
     def record(self, state: TaskState, proposals: list[Proposal], candidates: list, measurements: list[Measurement],
