@@ -241,7 +241,8 @@ def command_graph(args: argparse.Namespace) -> int:
     from rlcompile.report.tables import graph_run_table, rewrites_table
 
     request = GraphRequest(
-        agent=args.agent, max_steps=args.steps, time_limit_s=args.time_limit, alpha=args.alpha, cost=args.cost,
+        threads=args.threads, agent=args.agent, max_steps=args.steps, time_limit_s=args.time_limit,
+        alpha=args.alpha, cost=args.cost,
         clean=not args.no_clean, rule_ids=args.rules.split(",") if args.rules else None, seed=args.seed,
         train_episodes=args.train_episodes, checkpoint=args.checkpoint, load=args.load, temperature=args.temperature,
         timing=measure_config(args),
@@ -255,12 +256,13 @@ def command_graph(args: argparse.Namespace) -> int:
 
     run = optimize_graph(model, request, progress=log, on_step=on_step)
     rewrites = run.result.rewrites[: run.kept_rewrites]
-    stdout.print(rewrites_table(rewrites, run.result.initial_cost_ms, f"{len(rewrites)} rewrites applied"))
+    title = f"{len(rewrites)} rewrites applied" if run.kept else f"{len(rewrites)} rewrites found, not kept"
+    stdout.print(rewrites_table(rewrites, run.result.initial_cost_ms, title))
     stdout.print(graph_run_table(run))
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         onnx.save(run.proto, str(args.output), save_as_external_data=run.proto.ByteSize() > 2_000_000_000)
-        stdout.print(f"wrote {args.output}")
+        stdout.print(f"wrote {args.output}" + ("" if run.kept else " (the original graph: the rewrite was not faster)"))
     write_json(args.json, run.to_dict())
     return 0 if run.agreement.within() else 1
 
@@ -507,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     graph.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
     graph.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
+    graph.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads when timing (default: all)")
     add_measure_arguments(graph)
     graph.set_defaults(handler=command_graph)
 

@@ -4,8 +4,11 @@
 rules, searched with the chosen agent on the chosen cost model, and the result is checked against the
 original in ONNX Runtime on random inputs. If the final graph disagrees, the rewrites are replayed
 one by one and the sequence is cut before the first one that breaks agreement, so what is written out
-always computes what the original computes. Finally both graphs are timed side by side in ONNX
-Runtime (ORT_ENABLE_ALL), alternating, and the medians are reported.
+always computes what the original computes. Finally the original, the rewrite and a second identical
+session of the original are timed in ONNX Runtime (ORT_ENABLE_ALL), alternating (:func:`judge`): the
+rewrite is returned only if it is faster than the original by more than the two identical sessions
+differ (and by at least :data:`MIN_GAIN`); otherwise the original is returned and the run says why.
+The same rule serves ``rlcompile graph`` and ``optimize``'s graph stage.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from rlcompile.verify import Agreement, compare_outputs
 
 #: The fusions run before the search ("clean"); the search uses every other rule.
 CLEANUP_RULES = ("fuse_conv_batchnorm", "fuse_conv_mul", "fuse_conv_add")
+#: A rewrite must be at least this much faster (and more than the noise) to be kept.
+MIN_GAIN = 0.01
+#: Alternating rounds when the original, the rewrite and the original's twin session are timed.
+ROUNDS = 5
 
 
 @dataclass
@@ -40,7 +47,8 @@ class GraphRequest:
     clean: bool = True
     rule_ids: Sequence[str] | None = None
     seed: int = 0
-    timing: MeasureConfig | None = DEFAULT  # None: leave the timing to the caller
+    timing: MeasureConfig | None = DEFAULT  # None: no timing, the verified rewrite is returned as it is
+    threads: int | None = None  # ONNX Runtime's intra-op threads when timing (None: all cores)
     train_episodes: int | None = None  # None: the agent's own default
     temperature: float = 1.0
     checkpoint: Path | None = None
@@ -55,6 +63,51 @@ class GraphRequest:
         search_rules(self)
         if self.cost not in cost.COST_MODELS:
             raise RlcompileError(f"unknown cost model {self.cost!r}; choose from {', '.join(cost.COST_MODELS)}")
+
+
+@dataclass
+class Verdict:
+    """Whether the rewrite measured faster than the original beyond the noise of identical sessions."""
+
+    kept: bool
+    original: LatencyStats
+    rewritten: LatencyStats
+    twin: LatencyStats  # a second session of the original, timed in the same rounds
+
+    @property
+    def gain(self) -> float:
+        return 1 - self.rewritten.median_ms / self.original.median_ms
+
+    @property
+    def noise(self) -> float:
+        return abs(self.twin.median_ms / self.original.median_ms - 1)
+
+    def reason(self) -> str:
+        if self.kept:
+            return (f"ORT runs the rewrite {100 * self.gain:.1f}% faster; identical sessions differ by "
+                    f"{100 * self.noise:.1f}%")  # fmt: skip
+        return (f"ORT runs the rewrite {100 * self.gain:+.1f}% faster, within the noise ({100 * self.noise:.1f}% "
+                f"between identical sessions; {100 * MIN_GAIN:.0f}% at least): the original graph goes on")  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {"kept": self.kept, "reason": self.reason(), "ort_original_ms": self.original.median_ms,
+                "ort_rewritten_ms": self.rewritten.median_ms, "ort_identical_session_ms": self.twin.median_ms,
+                "noise": self.noise, "gain": self.gain}  # fmt: skip
+
+
+def judge(original: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: dict[str, np.ndarray],
+          timing: MeasureConfig, threads: int | None = None, rounds: int = ROUNDS) -> Verdict:  # fmt: skip
+    """Time the original, the rewrite and a twin session of the original alternately in ORT_ENABLE_ALL.
+
+    The rewrite is kept when it is faster than the original by more than the twin differs from it, and
+    by at least :data:`MIN_GAIN`.
+    """
+    backend = OrtBackend("all", threads=threads) if threads else OrtBackend("all")
+    models = [LoadedModel(f"graph{i}", proto, [], "memory") for i, proto in enumerate((original, rewritten, original))]
+    timers = [backend.prepare(model).timer(feeds) for model in models]
+    before, after, twin = measure_alternating(timers, timing, rounds)
+    gain, noise = 1 - after.median_ms / before.median_ms, abs(twin.median_ms / before.median_ms - 1)
+    return Verdict(gain > max(noise, MIN_GAIN), before, after, twin)
 
 
 @dataclass
@@ -74,6 +127,13 @@ class GraphRun:
     nodes_after: int = 0
     operators_timed: int = 0
     original_cost_ms: float = float("nan")
+    #: the timing verdict; ``proto`` is the original graph when it says the rewrite is not faster
+    verdict: Verdict | None = None
+
+    @property
+    def kept(self) -> bool:
+        """Whether the returned graph is the rewrite (verified, and measured faster when timed)."""
+        return self.verdict.kept if self.verdict is not None else True
 
     @property
     def speedup(self) -> float:
@@ -95,6 +155,8 @@ class GraphRun:
             "nodes_after": self.nodes_after,
             "operators_timed": self.operators_timed,
             "original_cost_ms": self.original_cost_ms,
+            "kept": self.kept,
+            "verdict": self.verdict.to_dict() if self.verdict is not None else None,
         }
 
 
@@ -128,25 +190,18 @@ def optimize_graph(
     if kept < len(result.rewrites):
         progress(f"rewrite {kept + 1} broke agreement; keeping the first {kept}")
     proto = onnx_graph.to_proto(final)
-    original_ms = optimized_ms = None
+    original_ms = optimized_ms = verdict = None
     if request.timing is not None:
-        progress("timing original and optimised graphs side by side")
-        original_ms, optimized_ms = time_side_by_side([model.proto, proto], feeds, request.timing)
-    return GraphRun(
-        model.name,
-        request.agent,
-        cleanup,
-        result,
-        kept,
-        agreement,
-        original_ms,
-        optimized_ms,
-        proto,
-        len(original.graph),
-        len(final.graph),
-        getattr(cost_model, "measured", 0),
-        cost_model.graph_cost(original),
-    )
+        progress("timing the original, the rewrite and a twin of the original in ONNX Runtime, alternately")
+        verdict = judge(model.proto, proto, feeds, request.timing, request.threads)
+        original_ms, optimized_ms = verdict.original, verdict.rewritten
+        progress(verdict.reason())
+    nodes_after = len(final.graph)
+    if verdict is not None and not verdict.kept:
+        proto, nodes_after = model.proto, len(original.graph)
+    return GraphRun(model.name, request.agent, cleanup, result, kept, agreement, original_ms, optimized_ms, proto,
+                    len(original.graph), nodes_after, getattr(cost_model, "measured", 0),
+                    cost_model.graph_cost(original), verdict)  # fmt: skip
 
 
 def agent_options(request: GraphRequest) -> dict:

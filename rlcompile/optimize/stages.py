@@ -2,7 +2,7 @@
 
 * :func:`graph_stage`: the graph agent rewrites; the rewrite is kept only if ONNX Runtime runs it
   faster than the original by more than the noise of two identical sessions timed in the same
-  alternating rounds (and by at least :data:`MIN_GRAPH_GAIN`).
+  alternating rounds (the graph level's own rule, :func:`rlcompile.graph.api.judge`).
 * :func:`kernel_stage`: the kernel level tunes the TVM tasks of the graph that goes on, most
   important first, until its deadline; the tuning journal makes it resumable.
 * :func:`layer_stage`: the segment engine picks a library per fusion group among ONNX Runtime,
@@ -17,16 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlcompile.backends.ort import OrtBackend
 from rlcompile.layer import libraries
 from rlcompile.layer.selection import Selection, select_segments
-from rlcompile.measure import DEFAULT, MeasureConfig, measure_alternating
+from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
 
-#: A rewrite must beat the original by this much as well as by the measured noise to be kept.
-MIN_GRAPH_GAIN = 0.01
-#: Alternation rounds when the graph stage times the original against the rewrite.
-GRAPH_ROUNDS = 5
 Progress = Callable[[str], None]
 
 
@@ -54,42 +49,22 @@ def graph_stage(model: LoadedModel, settings: StageSettings, limit_s: float, wor
     started = time.monotonic()
     checkpoint = work / f"graph-ppo-seed{settings.seed}.pt" if settings.graph_agent == "ppo" else None  # resumable
     request = GraphRequest(agent=settings.graph_agent, max_steps=50, time_limit_s=max(limit_s, 1.0),
-                           seed=settings.seed, timing=None, checkpoint=checkpoint)  # fmt: skip
+                           seed=settings.seed, timing=settings.timing, threads=settings.threads,
+                           checkpoint=checkpoint)  # fmt: skip
     run = optimize_graph(model, request, progress)
-    rewritten = LoadedModel(model.name, run.proto, list(model.inputs), model.source, list(model.notes))
     record = {"agent": settings.graph_agent, "rewrites": run.kept_rewrites, "cleanup": len(run.cleanup),
               "nodes_before": run.nodes_before, "nodes_after": run.nodes_after,
               "agreement": run.agreement.to_dict(), "search": run.result.summary()}  # fmt: skip
     if not run.agreement.within():
         record |= {"kept": False, "reason": "the rewritten graph disagrees with the original"}
     else:
-        progress("timing the original and the rewritten graph in ONNX Runtime, alternately")
-        record |= judge_rewrite(model, rewritten, settings)
+        record |= run.verdict.to_dict()
     if record["kept"]:
         onnx.save(run.proto, str(work / "graph.onnx"))
     record["wall_s"] = time.monotonic() - started
-    return (rewritten if record["kept"] else model), record
-
-
-def judge_rewrite(original: LoadedModel, rewritten: LoadedModel, settings: StageSettings) -> dict:
-    """Time original, rewrite and a second identical session of the original, alternately, in ORT.
-
-    Kept when the rewrite is faster than the original by more than the identical sessions differ
-    (and by at least :data:`MIN_GRAPH_GAIN`).
-    """
-    feeds = original.random_inputs(settings.seed)
-    backend = OrtBackend("all", threads=settings.threads)
-    timers = [backend.prepare(model).timer(feeds) for model in (original, rewritten, original)]
-    before, after, twin = (s.median_ms for s in measure_alternating(timers, settings.timing, GRAPH_ROUNDS))
-    noise = abs(twin / before - 1)
-    gain = 1 - after / before
-    kept = gain > max(noise, MIN_GRAPH_GAIN)
-    reason = (f"ORT runs the rewrite {100 * gain:.1f}% faster; identical sessions differ by {100 * noise:.1f}%"
-              if kept else f"ORT runs the rewrite {100 * gain:+.1f}% faster, within the noise "
-              f"({100 * noise:.1f}% between identical sessions; {100 * MIN_GRAPH_GAIN:.0f}% at least): "
-              "the original graph goes on")  # fmt: skip
-    return {"kept": kept, "reason": reason, "ort_original_ms": before, "ort_rewritten_ms": after,
-            "ort_identical_session_ms": twin, "noise": noise, "gain": gain}  # fmt: skip
+    if not record["kept"]:
+        return model, record
+    return LoadedModel(model.name, run.proto, list(model.inputs), model.source, list(model.notes)), record
 
 
 def kernel_stage(model: LoadedModel, settings: StageSettings, deadline: float, work_dir: Path,

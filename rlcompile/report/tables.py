@@ -118,6 +118,8 @@ def graph_run_table(run) -> Table:
         f"(max rel err {run.agreement.max_rel:.1e}); search {result.search_seconds:.1f} s, {result.steps} steps, "
         f"{result.graphs_evaluated} graphs costed, stopped by {result.stopped_by}"
     )
+    if run.verdict is not None:
+        table.caption += f"\n{run.verdict.reason()}" + ("" if run.kept else " (the original is what is returned)")
     return table
 
 

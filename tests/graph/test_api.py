@@ -20,7 +20,11 @@ def test_optimize_graph_verifies_and_times_both_graphs():
     run = optimize_graph(model, GraphRequest(agent="greedy", max_steps=4, timing=QUICK))
     assert run.agreement.within() and run.kept_rewrites == len(run.result.rewrites) > 0
     assert run.original_ms.median_ms > 0 and run.optimized_ms.median_ms > 0
-    assert run.nodes_after < run.nodes_before
+    assert run.verdict is not None and run.kept == run.verdict.kept
+    if run.kept:  # the rewrite measured faster beyond the noise: it is returned
+        assert run.nodes_after < run.nodes_before
+    else:  # otherwise the original is, unchanged
+        assert run.proto is model.proto and run.nodes_after == run.nodes_before
     outputs = run_proto(run.proto, model.random_inputs(3))
     reference = run_proto(model.proto, model.random_inputs(3))
     assert np.allclose(outputs[0], reference[0], rtol=1e-4, atol=1e-5)
@@ -58,3 +62,44 @@ def test_verification_cuts_the_sequence_before_a_wrong_rewrite():
     final, kept, agreement = verified(start, step2, rewrites, run_proto(proto, feeds), feeds, [good, bad])
     assert kept == 1 and agreement.within()
     assert onnx_graph.graph_hash(final.graph) == onnx_graph.graph_hash(step1.graph)
+
+
+def slow_and_fast_models():
+    """The same function twice: ``Relu(x)``, and ``Relu(x) + 0 * sum(x @ W @ W @ W)`` (much more work)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rlcompile.models.onnx_model import LoadedModel, graph_inputs
+
+    def build(slow: bool):
+        nodes = [helper.make_node("Relu", ["x"], ["fast"])]
+        initializers = []
+        if slow:
+            values = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+            weight = numpy_helper.from_array(values, "w")
+            zero = numpy_helper.from_array(np.zeros((), np.float32), "zero")
+            initializers = [weight, zero]
+            nodes += [helper.make_node("MatMul", ["x", "w"], ["m1"]), helper.make_node("MatMul", ["m1", "w"], ["m2"]),
+                      helper.make_node("MatMul", ["m2", "w"], ["m3"]), helper.make_node("ReduceSum", ["m3"], ["s"]),
+                      helper.make_node("Mul", ["s", "zero"], ["nothing"]),
+                      helper.make_node("Add", ["fast", "nothing"], ["y"])]  # fmt: skip
+        else:
+            nodes[0].output[0] = "y"
+        value = helper.make_tensor_value_info
+        graph = helper.make_graph(nodes, "slow" if slow else "fast", [value("x", TensorProto.FLOAT, [64, 512])],
+                                  [value("y", TensorProto.FLOAT, [64, 512])], initializers)  # fmt: skip
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        return LoadedModel(graph.name, proto, graph_inputs(proto), "memory")
+
+    return build(slow=True), build(slow=False)
+
+
+def test_a_rewrite_is_kept_only_when_it_measures_faster_beyond_the_noise():
+    from rlcompile.graph.api import judge
+
+    slow, fast = slow_and_fast_models()
+    feeds = fast.random_inputs(1)
+    assert np.allclose(run_proto(slow.proto, feeds)[0], run_proto(fast.proto, feeds)[0])
+    worse = judge(fast.proto, slow.proto, feeds, QUICK, threads=1)
+    assert not worse.kept and worse.gain < 0 and "the original graph goes on" in worse.reason()
+    better = judge(slow.proto, fast.proto, feeds, QUICK, threads=1)
+    assert better.kept and better.gain > better.noise and better.to_dict()["kept"]
