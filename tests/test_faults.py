@@ -73,6 +73,8 @@ def test_tune_killed_resumes_without_loss_or_double_count_refuses_a_second_proce
     keys = [json.loads(line)["key"] for line in after]
     assert len(keys) == len(set(keys))  # no candidate measured twice
     assert f"resumed: {len(kept)} measurements" in resumed.stderr
+    print(f"tune: {len(before)} journal lines at the kill ({len(before) - len(kept)} torn), {len(after)} after the "
+          f"resume, {len(keys) - len(set(keys))} measured twice")  # fmt: skip
     tasks = json.loads((work / "tune_summary.json").read_text())["tasks"]
     assert sum(task["trials"] for task in tasks) == len(keys)  # every journal line counted once
     for task in tasks:  # each task got its whole budget, unless its space had no more candidates
@@ -87,6 +89,7 @@ def test_tune_killed_resumes_without_loss_or_double_count_refuses_a_second_proce
     assert full.stderr.strip().splitlines()[-1].startswith("rlcompile: error: File too large")
     assert "Traceback" not in full.stderr
     assert journal_lines(journal) == after  # nothing recorded was lost
+    print(f"full disk: exit 2, one line; journal kept its {len(after)} lines")
 
 
 def test_select_killed_while_profiling_resumes_at_the_group_where_it_stopped(tmp_path: Path):
@@ -100,6 +103,7 @@ def test_select_killed_while_profiling_resumes_at_the_group_where_it_stopped(tmp
     resumed = finish(*command)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming the profile: {done_before} of" in resumed.stderr
+    print(f"select: {done_before} groups profiled at the kill, reused by the resumed run")
     assert (plan / "manifest.json").is_file() and not any(tables.glob("*.partial"))
     assert finish("run", str(plan), "--quick").returncode == 0
 
@@ -119,6 +123,7 @@ def test_graph_training_killed_mid_run_carries_on_from_its_saved_state(tmp_path:
     assert resumed.returncode == 0, resumed.stderr
     extra = json.loads((tmp_path / "g.json").read_text())["search"]
     assert extra["resumed_episodes"] == episodes_before and extra["train_episodes"] >= 12
+    print(f"graph: {episodes_before} PPO episodes done at the kill, {extra['train_episodes']} after the resume")
     assert checkpoint.exists()
 
 
@@ -139,3 +144,4 @@ def test_optimize_killed_in_the_kernel_stage_resumes_it(tmp_path: Path):
     assert journal_lines(journal)[: len(kept)] == kept
     keys = [json.loads(line)["key"] for line in journal_lines(journal)]
     assert len(keys) == len(set(keys))
+    print(f"optimize: {len(kept)} kernel measurements at the kill, {len(keys)} after the resume, none twice")
