@@ -115,6 +115,6 @@ def test_tuning_through_two_rpc_servers_survives_one_being_killed(cluster, tmp_p
     assert len(keys) == 32 and len(set(keys)) == 32  # nothing lost, nothing measured twice
     blamed = [entry for entry in journal if entry["status"] != "ok" and is_device_failure(entry["error"] or "")]
     assert not blamed, blamed  # no candidate is blamed for the server that died: it was measured again
+    assert "resumed: 16 measurements" in capsys.readouterr().err
     print(f"rpc: sessions a={sessions(servers['a'][1])} b={sessions(servers['b'][1])}; server a killed while "
           f"serving; {len(keys)} measurements, {len(keys) - len(set(keys))} twice, none blamed on it")  # fmt: skip
-    assert "resumed: 16 measurements" in capsys.readouterr().err
