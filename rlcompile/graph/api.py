@@ -86,7 +86,10 @@ class Verdict:
         if self.kept:
             return (f"ORT runs the rewrite {100 * self.gain:.1f}% faster; identical sessions differ by "
                     f"{100 * self.noise:.1f}%")  # fmt: skip
-        return (f"ORT runs the rewrite {100 * self.gain:+.1f}% faster, within the noise ({100 * self.noise:.1f}% "
+        if self.gain <= 0:
+            return (f"ORT runs the rewrite {100 * -self.gain:.1f}% slower (identical sessions differ by "
+                    f"{100 * self.noise:.1f}%): the original graph goes on")  # fmt: skip
+        return (f"ORT runs the rewrite {100 * self.gain:.1f}% faster, within the noise ({100 * self.noise:.1f}% "
                 f"between identical sessions; {100 * MIN_GAIN:.0f}% at least): the original graph goes on")  # fmt: skip
 
     def to_dict(self) -> dict:

@@ -72,6 +72,8 @@ def feed_for(value: ir.Value, rng: np.random.Generator) -> np.ndarray:
     """A random input of the value's shape; integers are zeros (valid indices), booleans ones."""
     dtype = value.dtype.numpy()
     shape = onnx_graph.static_shape(value)
+    if shape is None:  # shape inference left it unknown: the operator cannot be timed alone (it costs 0)
+        raise ValueError(f"input {value.name} of the operator has no static shape")
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     return np.ones(shape, dtype) if dtype == np.bool_ else np.zeros(shape, dtype)

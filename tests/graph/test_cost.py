@@ -89,3 +89,13 @@ def test_fusion_aware_cost_frees_activations_ort_fuses_into_their_conv(tmp_path)
     assert fused.graph_cost(merged) > fused.graph_cost(model) - 1e-9 or plain.graph_cost(merged) < plain.graph_cost(
         model
     )
+
+
+def test_an_operator_input_of_unknown_shape_cannot_be_timed_alone_and_costs_nothing():
+    import onnx_ir as ir
+
+    from rlcompile.graph.cost import feed_for
+
+    value = ir.Value(name="scale", type=ir.TensorType(ir.DataType.FLOAT))  # shape inference left it unknown
+    with pytest.raises(ValueError, match="no static shape"):
+        feed_for(value, np.random.default_rng(0))
