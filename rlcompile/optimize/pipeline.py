@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import ModelError, RlcompileError
 from rlcompile.layer.selection import Selection
 from rlcompile.locks import exclusive
 from rlcompile.models import Shape, load_model
@@ -124,7 +124,7 @@ def run_stages(request: OptimizeRequest, model: LoadedModel, key: dict, started:
     tuning_db = None
     if "kernel" in request.levels:
         stages["kernel"] = run_kernel_stage(current, settings, budget, work, state, graph_unused_s, progress)
-        tuning_db = work / "tuning"
+        tuning_db = None if stages["kernel"].get("skipped") else work / "tuning"
     progress("layer: choosing the library of each fusion group" if "layer" in request.levels
              else "choosing the fastest single library (the layer level was not asked for)")  # fmt: skip
     table_dir = work / "tables" / f"kernel-{stages.get('kernel', {}).get('trials', 0)}"
@@ -197,8 +197,14 @@ def run_kernel_stage(model: LoadedModel, settings: StageSettings, budget: Budget
     progress(f"kernel: {settings.strategy} tunes for up to {max(allowed, 0):.0f} s"
              + (f" ({spent:.0f} s already spent)" if spent else ""))  # fmt: skip
     began = time.monotonic()
-    record = kernel_stage(model, settings, began + max(allowed, 0.0), work / "tuning", progress,
-                          on_batch=lambda: state.set_spent("kernel", spent + time.monotonic() - began))  # fmt: skip
+    try:
+        record = kernel_stage(model, settings, began + max(allowed, 0.0), work / "tuning", progress,
+                              on_batch=lambda: state.set_spent("kernel", spent + time.monotonic() - began))  # fmt: skip
+    except ModelError as error:  # TVM cannot take this model (e.g. an operator it cannot import): go on without
+        progress(f"kernel: skipped, {error}; the layer level chooses among the other libraries")
+        record = {"strategy": settings.strategy, "skipped": str(error), "tasks": 0, "tuned_tasks": 0,
+                  "trials": 0, "resumed_trials": 0, "failed_trials": 0, "best_ms": {},
+                  "wall_s": time.monotonic() - began}  # fmt: skip
     state.set_spent("kernel", spent + time.monotonic() - began)
     state.finish("kernel", key, record)
     return record

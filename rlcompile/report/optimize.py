@@ -37,7 +37,9 @@ def stage_lines(stages: dict) -> list[str]:
         rows.append(["graph", f"{graph['agent']}: {graph['rewrites']} rewrites after {graph['cleanup']} fusions; "
                      f"{graph.get('reason', '')}", f"{graph['wall_s']:.0f}"])  # fmt: skip
     kernel = stages.get("kernel")
-    if kernel:
+    if kernel and kernel.get("skipped"):
+        rows.append(["kernel", f"skipped: {kernel['skipped']}", f"{kernel['wall_s']:.0f}"])
+    elif kernel:
         rows.append(["kernel", f"{kernel['strategy']}: {kernel['trials']} trials ({kernel['resumed_trials']} "
                      f"resumed, {kernel['failed_trials']} failed), {kernel['tuned_tasks']}/{kernel['tasks']} "
                      "tasks tuned", f"{kernel['wall_s']:.0f}"])  # fmt: skip

@@ -189,14 +189,21 @@ def groups_table(selection) -> Table:
     return table
 
 
+def kernel_decision(kernel: dict | None) -> str:
+    if kernel is None:
+        return "not run"
+    if kernel.get("skipped"):
+        return f"skipped: {kernel['skipped']}"
+    return f"{kernel['tuned_tasks']}/{kernel['tasks']} tasks tuned in {kernel['trials']} trials"
+
+
 def optimize_table(manifest: dict) -> Table:
     """``rlcompile optimize``: latency after each stage and what each stage decided."""
     run = manifest["optimize"]
     latency, stages = run["latency"], run["stages"]
     decisions = {
         "graph": stages.get("graph", {}).get("reason", "not run"),
-        "kernel": (f"{stages['kernel']['tuned_tasks']}/{stages['kernel']['tasks']} tasks tuned in "
-                   f"{stages['kernel']['trials']} trials" if "kernel" in stages else "not run"),
+        "kernel": kernel_decision(stages.get("kernel")),
         "layer": f"{', '.join(stages['layer']['chosen'])}, {stages['layer']['segments']} segment(s)",
     }  # fmt: skip
     table = Table(title=f"{manifest['model']}: optimize ({manifest['threads']} threads)")

@@ -143,3 +143,16 @@ def test_a_model_whose_fold_fails_runs_in_ort_and_tvm_folds_it_with_ort(dynamic_
     assert any(node.op_type == "Shape" for node in model.proto.graph.node)  # kept as it is
     assert cli("compare", dynamic_conv_model, "--input-shape", "x=1,3,8,8", "--backends", "ort,tvm", "--quick") == 0
     assert "yes" in capsys.readouterr().out
+
+
+def test_optimize_goes_on_without_the_kernel_level_when_tvm_cannot_import_the_model(tmp_path: Path) -> None:
+    import json
+
+    path = quantised(tmp_path)
+    output = tmp_path / "opt"
+    assert cli("optimize", path, "-o", output, "--levels", "kernel,layer", "--budget", "30s", "--libraries",
+               "ort,openvino", "--threads", "1") == 0  # fmt: skip
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert "ConvInteger" in manifest["optimize"]["stages"]["kernel"]["skipped"]
+    assert "tvm" not in manifest["optimize"]["stages"]["layer"]["libraries"]
+    assert "skipped" in (output / "report.md").read_text()
