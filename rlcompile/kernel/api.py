@@ -22,13 +22,20 @@ from rlcompile.tvm_bridge import resolve_target
 
 
 def load_tasks(
-    spec: str, target, input_shapes: Mapping[str, Shape] | None = None
+    spec: str, target, input_shapes: Mapping[str, Shape] | None = None, cache: Path | None = None
 ) -> tuple[LoadedModel | None, list[Task]]:
-    """The tasks of a model (heaviest first), or the single task of a seed layer."""
+    """The tasks of a model (heaviest first), or the single task of a seed layer.
+
+    ``cache``: a file where a model's extracted tasks are kept for the next run (:func:`extract_tasks_cached`).
+    """
     if spec in SEED_LAYERS:
         return None, [seed_layer(spec, target)]
     model = load_model(spec, input_shapes)
-    return model, extract_tasks(model, target)
+    return model, tasks_of(model, target, cache)
+
+
+def tasks_of(model: LoadedModel, target, cache: Path | None = None) -> list[Task]:
+    return extract_tasks(model, target) if cache is None else extract_tasks_cached(model, target, cache)
 
 
 def select_tasks(tasks: Sequence[Task], selector: str | None) -> list[Task]:
@@ -91,12 +98,10 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
                 deadline: float | None) -> list[TaskState]:  # fmt: skip
     """:func:`tune`'s work, with the work directory locked against a second process."""
     work_dir = WorkDir(request.work_dir, request.target)
-    if model is None and request.model not in SEED_LAYERS:
-        model = load_model(request.model, request.input_shapes)
-    if model is None:
-        tasks = [seed_layer(request.model, target)]
+    if model is not None:
+        tasks = tasks_of(model, target, work_dir.tasks_path)
     else:
-        tasks = extract_tasks_cached(model, target, work_dir.tasks_path)
+        tasks = load_tasks(request.model, target, request.input_shapes, work_dir.tasks_path)[1]
     tasks = select_tasks(tasks, request.tasks)
     if on_start:
         on_start(tasks)

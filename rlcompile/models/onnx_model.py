@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from rlcompile.errors import DynamicShapeError, ModelError
-from rlcompile.verify import Agreement, compare_outputs
+from rlcompile.verify import compare_outputs
 
 #: Highest IR version ONNX Runtime 1.31 accepts.
 MAX_IR_VERSION = 13
@@ -212,11 +212,9 @@ def needs_folding(proto: onnx.ModelProto) -> bool:
     return any(node.op_type in SHAPE_COMPUTING_OPS for node in proto.graph.node)
 
 
-def fold_model(proto: onnx.ModelProto, inputs: list[TensorSpec]) -> tuple[onnx.ModelProto, Agreement]:
-    """Constant-fold a model with static inputs using onnxslim; verify it against the original in ORT."""
+def fold_model(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Constant-fold a model with static inputs using onnxslim (checked by :func:`checked_fold`)."""
     import onnxslim
-
-    from rlcompile.backends.ort import run_proto
 
     try:
         folded = onnxslim.slim(proto, skip_optimizations=list(FOLD_SKIPPED_OPTIMIZATIONS))
@@ -224,43 +222,37 @@ def fold_model(proto: onnx.ModelProto, inputs: list[TensorSpec]) -> tuple[onnx.M
         raise ModelError(f"folding the model with onnxslim failed: {first_line(error)}") from None
     if folded is None:
         raise ModelError("folding the model with onnxslim returned nothing")
-    folded.ir_version = min(folded.ir_version, MAX_IR_VERSION)
-    feeds = {spec.name: random_tensor(spec, np.random.default_rng(0)) for spec in inputs}
-    try:
-        return folded, compare_outputs(run_proto(proto, feeds), run_proto(folded, feeds))
-    except ValueError as error:
-        raise ModelError(f"folded model does not match the original: {error}") from None
+    return folded
 
 
-def fold_with_ort(proto: onnx.ModelProto, inputs: list[TensorSpec]) -> tuple[onnx.ModelProto, Agreement]:
+def fold_with_ort(proto: onnx.ModelProto) -> onnx.ModelProto:
     """The second way to fold: ONNX Runtime's own basic level (constant folding with the static input shapes,
-    standard ONNX operators only), saved as a model and verified against the original."""
+    standard ONNX operators only), saved as a model (checked by :func:`checked_fold`)."""
     import tempfile
 
-    import onnxruntime as ort
-
-    from rlcompile.backends.ort import run_proto
+    from rlcompile.backends.ort import create_session, session_options
 
     with tempfile.TemporaryDirectory(prefix="rlcompile-fold-") as scratch:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options = session_options("basic")
         options.optimized_model_filepath = str(Path(scratch) / "folded.onnx")
         try:
-            ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-            folded = onnx.load(options.optimized_model_filepath)
+            create_session(proto.SerializeToString(), options, "the model")
+            return onnx.load(options.optimized_model_filepath)
         except Exception as error:
             raise ModelError(f"folding the model with ONNX Runtime failed: {first_line(error)}") from None
-    folded.ir_version = min(folded.ir_version, MAX_IR_VERSION)
-    feeds = {spec.name: random_tensor(spec, np.random.default_rng(0)) for spec in inputs}
-    try:
-        return folded, compare_outputs(run_proto(proto, feeds), run_proto(folded, feeds))
-    except ValueError as error:
-        raise ModelError(f"the model folded by ONNX Runtime does not match the original: {error}") from None
 
 
 def checked_fold(fold, proto: onnx.ModelProto, inputs: list[TensorSpec], how: str) -> onnx.ModelProto:
-    """``fold(proto, inputs)`` when its outputs agree with the original's; :class:`ModelError` otherwise."""
-    folded, agreement = fold(proto, inputs)
+    """``fold(proto)`` when its outputs agree with the original's in ONNX Runtime; :class:`ModelError` otherwise."""
+    from rlcompile.backends.ort import run_proto
+
+    folded = fold(proto)
+    folded.ir_version = min(folded.ir_version, MAX_IR_VERSION)
+    feeds = {spec.name: random_tensor(spec, np.random.default_rng(0)) for spec in inputs}
+    try:
+        agreement = compare_outputs(run_proto(proto, feeds), run_proto(folded, feeds))
+    except ValueError as error:
+        raise ModelError(f"the model folded by {how} does not match the original: {error}") from None
     if not agreement.within():
         raise ModelError(f"folding with {how} changed the outputs (max rel error {agreement.max_rel:.3g})")
     return folded
