@@ -194,7 +194,7 @@ def command_tune(args: argparse.Namespace) -> int:
         raise RlcompileError("tune needs --work-dir (in the flags or the --config file)")
     request = TuneRequest(
         model=args.model, work_dir=args.work_dir, strategy=args.strategy, trials=args.trials,
-        batch_size=args.batch_size, seed=args.seed, target=args.target, tasks=args.tasks,
+        batch_size=args.batch_size, scheduler=args.scheduler, seed=args.seed, target=args.target, tasks=args.tasks,
         input_shapes=parse_input_shapes(args.input_shape), rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
         strategy_options={"sampling": args.sampling} if args.sampling else {},
     )  # fmt: skip
@@ -207,6 +207,10 @@ def command_tune(args: argparse.Namespace) -> int:
     if unfunded:
         stderr.print(f"{len(unfunded)} of {len(states)} tasks got no trials from --trials {args.trials} "
                      f"(they keep TVM's default schedules; the default budget is 32 per task)")  # fmt: skip
+    invalid = [state for state in states if state.budget and state.best_seconds == float("inf")]
+    if invalid:
+        stderr.print(f"{len(invalid)} task(s) have no valid schedule after their trials and keep TVM's default: "
+                     + ", ".join(state.task.label for state in invalid))  # fmt: skip
     summary = [state.summary() for state in states]
     write_json(Path(args.work_dir) / "tune_summary.json", {"request": {k: str(v) for k, v in vars(args).items()},
                                                            "tasks": summary})  # fmt: skip
@@ -475,6 +479,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--tasks", default=None, help="only these tasks: indices or name/label substrings, comma-separated"
     )
     tune.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch (default 16)")
+    tune.add_argument(
+        "--scheduler", default="gradient", choices=["gradient", "round-robin"],
+        help="which task gets the next batch, after one batch each: the one expected to cut end-to-end latency "
+        "most (gradient, default) or each in turn",
+    )  # fmt: skip
     tune.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
     tune.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on remote devices")
     tune.add_argument("--rpc-key", default=None, help="device key registered with the RPC tracker")

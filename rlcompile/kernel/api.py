@@ -7,10 +7,12 @@ tuned on its own as a single task.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlcompile.errors import BudgetError, RlcompileError
+from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer, MeasureSettings, RpcSpec
 from rlcompile.kernel.tasks import SEED_LAYERS, Task, extract_tasks, extract_tasks_cached, seed_layer
@@ -65,6 +67,7 @@ class TuneRequest:
     strategy: str = "evolutionary"
     trials: int | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
+    scheduler: str = "gradient"
     seed: int = 0
     target: str = "llvm"
     tasks: str | None = None
@@ -76,47 +79,62 @@ class TuneRequest:
 
 def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
          on_start: Callable[[list[Task]], None] | None = None, model: LoadedModel | None = None,
-         deadline: float | None = None) -> list[TaskState]:  # fmt: skip
+         deadline: float | None = None, settings: MeasureSettings | None = None) -> list[TaskState]:  # fmt: skip
     """Tune the selected tasks; resumes from the work directory's journal.
 
     ``model``: tune this loaded model (e.g. a rewritten graph) instead of loading ``request.model``.
     ``deadline``: a ``time.monotonic()`` after which no new batch starts.
+    ``settings``: how candidates are built and timed (defaults: :class:`MeasureSettings`).
     """
     if request.trials is not None and request.trials <= 0:
         raise BudgetError(f"--trials must be positive, got {request.trials}")
     if request.batch_size <= 0:
         raise BudgetError(f"--batch-size must be positive, got {request.batch_size}")
     strategies.create(request.strategy, seed=request.seed, **request.strategy_options)  # validate early
+    schedulers.create(request.scheduler)
     target = resolve_target(request.target)
     rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None
     with exclusive(request.work_dir, "tuning work directory"):
-        return tune_locked(request, target, rpc, callbacks, on_start, model, deadline)
+        return tune_locked(request, target, rpc, callbacks, on_start, model, deadline, settings or MeasureSettings())
 
 
 def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Sequence[Callback],
                 on_start: Callable[[list[Task]], None] | None, model: LoadedModel | None,
-                deadline: float | None) -> list[TaskState]:  # fmt: skip
-    """:func:`tune`'s work, with the work directory locked against a second process."""
+                deadline: float | None, settings: MeasureSettings) -> list[TaskState]:  # fmt: skip
+    """:func:`tune`'s work, with the work directory locked against a second process.
+
+    The measurer (build workers, runner, RPC connection) starts in a background thread while the model is
+    imported and its tasks extracted: its start-up is mostly waiting on worker processes.
+    """
     work_dir = WorkDir(request.work_dir, request.target)
-    if model is not None:
-        tasks = tasks_of(model, target, work_dir.tasks_path)
-    else:
-        tasks = load_tasks(request.model, target, request.input_shapes, work_dir.tasks_path)[1]
-    tasks = select_tasks(tasks, request.tasks)
-    if on_start:
-        on_start(tasks)
-    tuner = Tuner(
-        tasks,
-        lambda: strategies.create(request.strategy, seed=request.seed, **request.strategy_options),
-        work_dir,
-        Measurer(target, MeasureSettings(), rpc),
-        trials=request.trials,
-        batch_size=request.batch_size,
-        seed=request.seed,
-        callbacks=callbacks,
-        deadline=deadline,
-    )
-    return tuner.run()
+    with ThreadPoolExecutor(max_workers=1) as background:
+        starting = background.submit(Measurer, target, settings, rpc)
+        try:
+            if model is not None:
+                tasks = tasks_of(model, target, work_dir.tasks_path)
+            else:
+                tasks = load_tasks(request.model, target, request.input_shapes, work_dir.tasks_path)[1]
+            tasks = select_tasks(tasks, request.tasks)
+        except BaseException:
+            if starting.exception() is None:
+                starting.result().close()
+            raise
+    with starting.result() as measurer:
+        if on_start:
+            on_start(tasks)
+        tuner = Tuner(
+            tasks,
+            lambda: strategies.create(request.strategy, seed=request.seed, **request.strategy_options),
+            work_dir,
+            measurer,
+            trials=request.trials,
+            batch_size=request.batch_size,
+            seed=request.seed,
+            callbacks=callbacks,
+            deadline=deadline,
+            scheduler=request.scheduler,
+        )
+        return tuner.run()
 
 
 def build(model_spec: str, work_dir: Path, output: Path, target_text: str = "llvm",

@@ -3,9 +3,10 @@
 Per task it builds the knob space and a search context, restores whatever the work directory already
 holds (measurements are never repeated), and then runs batches until the task's budget is spent:
 the strategy proposes, the measurer builds and times, the journal and the database record, both cost
-models learn, the strategy observes. Budgets are whole batches handed out round-robin over the tasks in
-order of importance (calls x FLOPs), so a small budget goes to the tasks that matter; with a wall-clock
-deadline the loop stops at the first batch boundary past it (the journal keeps every finished batch).
+models learn, the strategy observes. The budget is handed out a batch at a time by a task scheduler
+(:mod:`rlcompile.kernel.scheduler`): every task's first batch in order of importance (calls x FLOPs),
+then by expected gain (``gradient``) or in turn (``round-robin``); with a wall-clock deadline the loop
+stops at the first batch boundary past it (the journal keeps every finished batch).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlcompile.errors import BudgetError, RlcompileError
+from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel.cost_model import MIN_TRAINING_SAMPLES, KnobXGB
 from rlcompile.kernel.measurer import DEVICE_LOST, Measurement, Measurer
 from rlcompile.kernel.space import KnobSpace
@@ -32,24 +34,15 @@ FAILURE_STATUSES = ("build_error", "run_error", "timeout")
 
 
 def default_trials(task_count: int) -> int:
-    """The budget when none is given: 32 measurements per task."""
+    """The budget when none is given: 32 measurements per task (two default batches each)."""
     return DEFAULT_TRIALS_PER_TASK * task_count
 
 
-def allocate(task_count: int, trials: int, batch_size: int) -> list[int]:
-    """Split ``trials`` into whole batches handed out round-robin, most important task first."""
+def check_budget(trials: int, batch_size: int) -> None:
     if trials <= 0:
         raise BudgetError(f"the trial budget must be positive, got {trials}")
     if batch_size <= 0:
         raise BudgetError(f"the batch size must be positive, got {batch_size}")
-    budgets = [0] * task_count
-    remaining, index = trials, 0
-    while remaining > 0:
-        grant = min(batch_size, remaining)
-        budgets[index % task_count] += grant
-        remaining -= grant
-        index += 1
-    return budgets
 
 
 @dataclass
@@ -71,6 +64,12 @@ class TaskState:
     exhausted: bool = False
     #: candidates whose remote device went away in every attempt: not recorded, proposed again later
     device_lost: int = 0
+    #: best latency after each of the task's batches (the task scheduler's input)
+    batch_bests: list[float] = field(default_factory=list)
+
+    @property
+    def batches(self) -> int:
+        return len(self.batch_bests)
 
     @property
     def failures(self) -> int:
@@ -100,7 +99,12 @@ Callback = Callable[[TaskState], None]
 
 
 class Tuner:
-    """Tunes a list of tasks with one strategy per task (created by ``make_strategy``)."""
+    """Tunes a list of tasks with one strategy per task (created by ``make_strategy``).
+
+    ``trials`` is the total over all tasks (default :func:`default_trials`), handed out a batch at a time
+    by the task ``scheduler`` (:mod:`rlcompile.kernel.scheduler`); a task's ``budget`` is what it has been
+    granted so far. Measurements restored from the journal count against the total.
+    """
 
     def __init__(
         self,
@@ -113,11 +117,14 @@ class Tuner:
         seed: int = 0,
         callbacks: Sequence[Callback] = (),
         deadline: float | None = None,
+        scheduler: str = "gradient",
     ) -> None:
         if not tasks:
             raise BudgetError("no task to tune")
-        budgets = allocate(len(tasks), trials if trials is not None else default_trials(len(tasks)), batch_size)
-        self.states = [TaskState(task, budget, make_strategy()) for task, budget in zip(tasks, budgets, strict=True)]
+        self.total_trials = trials if trials is not None else default_trials(len(tasks))
+        check_budget(self.total_trials, batch_size)
+        self.scheduler = schedulers.create(scheduler)
+        self.states = [TaskState(task, 0, make_strategy()) for task in tasks]
         self.work_dir = work_dir
         self.measurer = measurer
         self.batch_size = batch_size
@@ -135,14 +142,11 @@ class Tuner:
         journal = list(self.work_dir.journal())
         for state in self.states:
             self.restore(state, [e for e in journal if e["task"] == state.task.workload_key])
-        while True:
-            pending = [s for s in self.states if s.budget > 0 and not s.done]
-            if not pending or self.out_of_time:
-                break
-            for state in pending:
-                if self.out_of_time:
-                    break
-                self.run_batch(state)
+        while not self.out_of_time and (granted := self.scheduler.grant(self.states, self.total_trials,
+                                                                        self.batch_size)):  # fmt: skip
+            state, trials = granted
+            state.budget = state.trials + trials
+            self.run_batch(state)
         return self.states
 
     def shared_ms_cost_model(self):
@@ -194,6 +198,10 @@ class Tuner:
                 {"trial": state.trials, "elapsed": state.elapsed_seconds, "best_ms": state.best_seconds * 1e3}
             )
         state.resumed = state.trials
+        state.budget = state.trials
+        state.batch_bests = [h["best_ms"] / 1e3 for h in state.history[self.batch_size - 1 :: self.batch_size]]
+        if state.trials % self.batch_size:
+            state.batch_bests.append(state.best_seconds)
         context.cost_model.update(configs, seconds)
         if getattr(state.strategy, "uses_ms_cost_model", False):
             self.restore_ms_cost_model(context)
@@ -242,6 +250,7 @@ class Tuner:
         if proposals:
             self.record(state, proposals, candidates, measurements, started)
             state.strategy.observe(proposals, measurements)
+        state.batch_bests.append(state.best_seconds)
         self.notify(state)
 
     def record(self, state: TaskState, proposals: list[Proposal], candidates: list, measurements: list[Measurement],
@@ -251,6 +260,7 @@ class Tuner:
 
         context = state.context
         batch_elapsed = time.perf_counter() - started
+        finished_at = time.time()
         entries = []
         for index, (proposal, measurement) in enumerate(zip(proposals, measurements, strict=True)):
             self.count(state, measurement.status, measurement.seconds, measurement.error)
@@ -263,7 +273,7 @@ class Tuner:
                 "task": state.task.workload_key, "task_name": state.task.name, "key": proposal.key,
                 "config": list(proposal.config) if proposal.config is not None else None,
                 "status": measurement.status, "seconds": measurement.seconds, "error": measurement.error,
-                "strategy": state.strategy.name, "elapsed": elapsed,
+                "strategy": state.strategy.name, "elapsed": elapsed, "at": round(finished_at, 3),
             })  # fmt: skip
         state.elapsed_seconds += batch_elapsed
         workload = context.database.commit_workload(state.task.mod)

@@ -6,22 +6,11 @@ import json
 
 import pytest
 
-from rlcompile.errors import BudgetError, RlcompileError, RlcompileWarning
+from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer
-from rlcompile.kernel.tuner import Tuner, allocate
+from rlcompile.kernel.tuner import Tuner
 from rlcompile.kernel.workdir import WorkDir, set_aside_corrupt_lines
-
-
-def test_allocate_hands_out_whole_batches_round_robin() -> None:
-    assert allocate(3, 40, 16) == [16, 16, 8]
-    assert allocate(3, 100, 16) == [36, 32, 32]
-    assert allocate(19, 64, 16) == [16, 16, 16, 16] + [0] * 15
-    assert sum(allocate(5, 123, 7)) == 123
-    with pytest.raises(BudgetError):
-        allocate(2, 0, 16)
-    with pytest.raises(BudgetError):
-        allocate(2, 10, 0)
 
 
 def tuner(task, path, trials, name="random"):
