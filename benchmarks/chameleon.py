@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -32,7 +33,6 @@ from rlcompile.kernel.experiments import (
     WITHIN,
     first_within,
     history_panels,
-    run_layer,
     run_strategy,
     setup,
     show,
@@ -66,6 +66,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def spread(values: list[float]) -> dict | None:
+    """Median and range over seeds (None when there is nothing to summarise)."""
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def show_spread(value: dict | None, spec: str = ".2f") -> str:
+    if value is None:
+        return "-"
+    if value["n"] == 1:
+        return format(value["median"], spec)
+    return f"{value['median']:{spec}} ({value['min']:{spec}}-{value['max']:{spec}})"
+
+
 def cost_to_reach(run: dict, latency_ms: float) -> tuple[int | None, float | None]:
     return first_within(run["tasks"][0]["history"], latency_ms)
 
@@ -77,7 +92,11 @@ def layer_comparison(runs: dict[str, list[dict]]) -> dict:
         if baseline not in runs or SUBJECT not in runs:
             continue
         pairs = []
-        for subject_run, baseline_run in zip(runs[SUBJECT], runs[baseline], strict=True):
+        baseline_by_seed = {run["seed"]: run for run in runs[baseline]}
+        for subject_run in runs[SUBJECT]:
+            baseline_run = baseline_by_seed.get(subject_run["seed"])
+            if baseline_run is None:
+                continue
             goal = baseline_run["tasks"][0]["best_ms"]
             if goal is None:
                 continue
@@ -90,19 +109,43 @@ def layer_comparison(runs: dict[str, list[dict]]) -> dict:
         rows[baseline] = {
             "pairs": pairs,
             "reached": f"{len(reached)}/{len(pairs)}",
-            "measurement_ratio": statistics.mean(measurement_ratios) if reached else None,
-            "time_ratio": statistics.mean(time_ratios) if reached else None,
+            "measurement_ratio": spread(measurement_ratios),
+            "time_ratio": spread(time_ratios),
         }
     return rows
 
 
-def run_layers(args, names, seeds, measurer, target) -> dict:
-    results = {}
+def saved_run(saved: dict, layer: str, spec: str, seed: int, trials: int) -> dict | None:
+    """A finished run of an earlier invocation (same layer, strategy, seed and budget), to keep as it is."""
+    for run in saved.get("layers", {}).get(layer, {}).get("runs", {}).get(spec, []):
+        if run["seed"] == seed and run.get("trials") == trials:
+            return run
+    return None
+
+
+def run_layers(args, names, seeds, measurer, target, payload: dict, save) -> dict:
+    """Every layer x strategy x seed; a run already in the JSON with the same budget is kept, not repeated,
+    and the JSON is rewritten after every run, so a long evaluation can be split across invocations."""
+    saved = json.loads(json.dumps(payload))
+    results = payload.setdefault("layers", {})
     for layer in [item for item in args.layers.split(",") if item]:
         task = seed_layer(layer, target)
-        runs = run_layer(task, names, seeds, args.trials, args.batch_size, args.out, measurer,
-                         lambda m, layer=layer: console.log(f"{layer} {m}"))  # fmt: skip
-        results[layer] = {"label": task.label, "runs": runs, "chameleon_vs": layer_comparison(runs)}
+        runs = results.setdefault(layer, {"label": task.label, "runs": {}})["runs"]
+        for spec in names:
+            kept = [run for run in runs.get(spec, []) if run.get("trials") == args.trials and run["seed"] not in seeds]
+            for seed in seeds:
+                run = saved_run(saved, layer, spec, seed, args.trials)
+                if run is None:
+                    work_dir = args.out / "work" / task.name / spec.replace("+", "_") / f"seed{seed}"
+                    run = run_strategy([task], spec, seed, args.trials, args.batch_size, work_dir, measurer,
+                                       lambda m, layer=layer: console.log(f"{layer} {m}"))  # fmt: skip
+                    run["trials"] = args.trials
+                else:
+                    console.log(f"{layer} {spec} seed {seed}: kept from {args.out / 'chameleon.json'}")
+                kept = sorted([*kept, run], key=lambda r: r["seed"])
+                runs[spec] = kept
+                results[layer]["chameleon_vs"] = layer_comparison(runs)
+                save()
     return results
 
 
@@ -111,55 +154,63 @@ def time_model(executable, model, device, config) -> float:
     return measure_latency(session.timer(model.random_inputs()), config).median_ms
 
 
-def run_models(args, names, seeds, measurer, target) -> dict:
+def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dict:
+    """Tables 5/6: every model x strategy x seed (a run already saved with the same budget is kept)."""
     config = QUICK if args.quick else DEFAULT
-    results = {}
+    results = payload.setdefault("models", {})
     for model_name in [item for item in args.models.split(",") if item]:
         model = load_model(model_name)
         tasks = extract_tasks(model, target)
         trials = args.model_trials_per_task * len(tasks)
-        row: dict = {"tasks": len(tasks), "trials": trials, "strategies": {}}
+        row = results.get(model_name)
+        if row is None or row.get("trials") != trials:
+            row = results[model_name] = {"tasks": len(tasks), "trials": trials, "strategies": {}}
         inputs = model.random_inputs()
         for label, backend in (("onnxruntime", backends.create("ort")), ("tvm untuned", backends.create("tvm"))):
             session = backend.prepare(model)
             row[label] = measure_latency(session.timer(inputs), config).median_ms
         for name in names:
             for seed in seeds:
+                if any(run["seed"] == seed for run in row["strategies"].get(name, [])):
+                    console.log(f"{model_name} {name} seed {seed}: kept from the saved JSON")
+                    continue
                 work_dir = args.out / "work" / model_name / name.replace("+", "_") / f"seed{seed}"
                 summary = run_strategy(tasks, name, seed, trials, args.batch_size, work_dir, measurer,
                                        lambda m, model_name=model_name: console.log(f"{model_name} {m}"))  # fmt: skip
                 executable = build_executable(model, WorkDir(work_dir, "llvm"), target)
                 summary["latency_ms"] = time_model(executable, model, tvm.cpu(0), config)
+                summary["batches_per_task"] = [math.ceil(task["trials"] / args.batch_size) for task in summary["tasks"]]
+                summary["untuned_tasks"] = sum(1 for task in summary["tasks"] if task["best_ms"] is None)
                 del summary["tasks"]
                 row["strategies"].setdefault(name, []).append(summary)
-        results[model_name] = row
+                save()
     return results
 
 
 def print_tables(layers: dict, models: dict, names: list[str], args) -> None:
-    table = Table(title=f"Layers: {args.trials} measurements per strategy (mean over seeds)")
+    table = Table(title="Layers: per strategy, median over seeds")
     for column in ("layer", "strategy", "best ms", "measurements", "search steps", "search s", "total s",
                    "samples / iteration"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("layer", "strategy") else "right")
     for layer, result in layers.items():
-        for name in names:
-            runs = result["runs"][name]
+        for name, runs in result["runs"].items():
             bests = [r["tasks"][0]["best_ms"] for r in runs if r["tasks"][0]["best_ms"]]
             samples = [s for r in runs for s in r["samples_per_batch"]]
-            table.add_row(layer, name, show(statistics.mean(bests) if bests else None, ".4f"),
-                          f"{statistics.mean(r['measurements'] for r in runs):.0f}",
-                          f"{statistics.mean(r['search_steps'] for r in runs):.0f}",
-                          f"{statistics.mean(r['search_seconds'] for r in runs):.1f}",
-                          f"{statistics.mean(r['tasks'][0]['elapsed_seconds'] for r in runs):.0f}",
+            table.add_row(f"{layer} ({len(runs)} seeds)", name, show_spread(spread(bests), ".4f"),
+                          f"{statistics.median(r['measurements'] for r in runs):.0f}",
+                          f"{statistics.median(r['search_steps'] for r in runs):.0f}",
+                          f"{statistics.median(r['search_seconds'] for r in runs):.1f}",
+                          f"{statistics.median(r['tasks'][0]['elapsed_seconds'] for r in runs):.0f}",
                           show(statistics.mean(samples) if samples else None, ".1f"))  # fmt: skip
     console.print(table)
-    reach = Table(title=f"What {SUBJECT} needs to reach each baseline's final latency (baseline cost / {SUBJECT} cost)")
+    reach = Table(title=f"What {SUBJECT} needs to reach each baseline's final latency (baseline cost / {SUBJECT} "
+                  "cost; median (range) over seeds)")  # fmt: skip
     for column in ("layer", "baseline", "reached", "fewer measurements", "less wall time"):
         reach.add_column(column, justify="left" if column in ("layer", "baseline") else "right")
     for layer, result in layers.items():
         for baseline, row in result["chameleon_vs"].items():
-            reach.add_row(layer, baseline, row["reached"], show(row["measurement_ratio"], ".2f"),
-                          show(row["time_ratio"], ".2f"))  # fmt: skip
+            reach.add_row(layer, baseline, row["reached"], show_spread(row["measurement_ratio"]),
+                          show_spread(row["time_ratio"]))  # fmt: skip
     console.print(reach)
     for title, key in (
         ("Table 5: output latency (ms)", "latency_ms"),
@@ -170,7 +221,7 @@ def print_tables(layers: dict, models: dict, names: list[str], args) -> None:
         for column in ("model", *names, *extra):
             table.add_column(column, justify="left" if column == "model" else "right")
         for model_name, row in models.items():
-            cells = [f"{statistics.mean(r[key] for r in row['strategies'][n]):.2f}" for n in names]
+            cells = [show_spread(spread([r[key] for r in row["strategies"].get(n, [])])) for n in names]
             table.add_row(model_name, *cells, *[f"{row[e]:.2f}" for e in extra])
         console.print(table)
 
@@ -179,15 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     names, seeds, measurer = setup(args.out, args.strategies, args.seeds)
     target = measurer.target
-    layers = run_layers(args, names, seeds, measurer, target)
-    models = run_models(args, names, seeds, measurer, target)
-    payload = {"benchmark": "chameleon", "args": {k: str(v) for k, v in vars(args).items()},
-               "environment": environment(), "layers": layers, "models": models}  # fmt: skip
-    (args.out / "chameleon.json").write_text(json.dumps(payload, indent=1))
+    path = args.out / "chameleon.json"
+    payload = json.loads(path.read_text()) if path.exists() else {}
+    payload |= {"benchmark": "chameleon", "environment": environment()}
+    payload.setdefault("invocations", []).append({k: str(v) for k, v in vars(args).items()})
+
+    def save() -> None:
+        path.write_text(json.dumps(payload, indent=1))
+
+    layers = run_layers(args, names, seeds, measurer, target, payload, save)
+    models = run_models(args, names, seeds, measurer, target, payload, save)
     print_tables(layers, models, names, args)
     if layers:
         tuning_curves(history_panels(layers), args.out / "chameleon.png")
-    console.print(f"wrote {args.out / 'chameleon.json'} and {args.out / 'chameleon.png'}")
+    console.print(f"wrote {path} and {args.out / 'chameleon.png'}")
     return 0
 
 

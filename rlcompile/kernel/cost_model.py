@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlcompile.kernel.space import Config, KnobSpace
+from rlcompile.kernel.transfer import Prior, decision_features
 
 #: AutoTVM's XGBoost parameters (tuner/xgboost_cost_model.py, loss "reg").
 XGB_PARAMS = {
@@ -52,13 +53,17 @@ class KnobXGB:
 
     name = "knob-xgb"
 
-    def __init__(self, space: KnobSpace, seed: int = 0) -> None:
+    def __init__(self, space: KnobSpace, seed: int = 0, prior: Prior | None = None) -> None:
         self.space = space
         self.seed = seed
+        #: measurements of other tasks with this space's structure (``--warm-start``): trained on from the start
+        self.prior = prior
         self.configs: list[Config] = []
         self.costs: list[float] = []
         self.booster = None
         self.rng = np.random.default_rng(seed)
+        if prior is not None:
+            self.fit()
 
     @property
     def trained(self) -> bool:
@@ -72,15 +77,24 @@ class KnobXGB:
                 self.costs.append(math.inf if cost is None else float(cost))
         self.fit()
 
+    def features(self, configs: Sequence[Config]) -> np.ndarray:
+        """Knob features, or with a prior the decision features that carry across shapes."""
+        return knob_features(self.space, configs) if self.prior is None else decision_features(self.space, configs)
+
     def fit(self) -> None:
         import xgboost as xgb
 
         valid = [c for c in self.costs if math.isfinite(c)]
-        if len(valid) < MIN_TRAINING_SAMPLES:
+        prior_size = len(self.prior) if self.prior is not None else 0
+        if len(valid) + prior_size < MIN_TRAINING_SAMPLES:
             return
-        best = min(valid)
+        best = min(valid, default=math.inf)
         labels = np.array([best / c if math.isfinite(c) else 0.0 for c in self.costs], dtype=np.float32)
-        matrix = xgb.DMatrix(knob_features(self.space, self.configs), label=labels)
+        features = self.features(self.configs) if self.configs else np.zeros((0, 0), dtype=np.float32)
+        if self.prior is not None:
+            features = np.concatenate([self.prior.features, features]) if len(features) else self.prior.features
+            labels = np.concatenate([self.prior.labels, labels])
+        matrix = xgb.DMatrix(features, label=labels)
         self.booster = xgb.train(XGB_PARAMS | {"seed": self.seed}, matrix, num_boost_round=BOOST_ROUNDS)
 
     def predict(self, configs: Sequence[Config]) -> np.ndarray:
@@ -91,4 +105,4 @@ class KnobXGB:
             return self.rng.uniform(0, 1, len(configs))
         import xgboost as xgb
 
-        return self.booster.predict(xgb.DMatrix(knob_features(self.space, configs))).astype(np.float64)
+        return self.booster.predict(xgb.DMatrix(self.features(configs))).astype(np.float64)

@@ -38,17 +38,23 @@ def warm_up() -> None:
 
 
 def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch_size: int, work_dir: Path,
-                 measurer: Measurer, log: Callable[[str], None] = print) -> dict:  # fmt: skip
-    """Tune ``tasks`` from scratch with strategy ``spec`` (e.g. ``sa+adaptive``); return the summary."""
+                 measurer: Measurer, log: Callable[[str], None] = print,
+                 scheduler: str = "round-robin") -> dict:  # fmt: skip
+    """Tune ``tasks`` from scratch with strategy ``spec`` (e.g. ``sa+adaptive``); return the summary.
+
+    ``scheduler``: round-robin by default, so that every strategy gets the same budget per task and the
+    comparison is between searches, not between allocations driven by what each search found.
+    """
     shutil.rmtree(work_dir, ignore_errors=True)
     name, options = strategies.parse_spec(spec)
     started = time.perf_counter()
     make = functools.partial(strategies.create, name, seed=seed, **options)
     states = Tuner(tasks, make, WorkDir(work_dir, "llvm"), measurer, trials=trials, batch_size=batch_size,
-                   seed=seed).run()  # fmt: skip
+                   seed=seed, scheduler=scheduler).run()  # fmt: skip
     summary = {
         "strategy": spec,
         "seed": seed,
+        "scheduler": scheduler,
         "work_dir": str(work_dir),
         "wall_seconds": time.perf_counter() - started,
         "measurements": sum(state.trials for state in states),

@@ -40,18 +40,13 @@ def lean_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict | Non
 BUILDS_PER_WORKER = 256
 
 
-def warm_worker() -> None:
-    """Run in each new build worker: pay TVM's import and LLVM's start-up before the first candidate."""
-    tvm.target.Target("llvm")
-
-
 class PersistentBuilder:
     """MetaSchedule's ``LocalBuilder`` contract (``build(inputs) -> results``) on worker processes that live
     as long as the builder, instead of a pool started and torn down for every batch (~3 s each here).
 
-    A worker that times out is killed and replaced by the pool; every worker is replaced after
-    :data:`BUILDS_PER_WORKER` builds. :meth:`start` warms the workers in the background so that their
-    start-up overlaps whatever the caller does next (task extraction, the first search).
+    Workers start with the first batch (starting them earlier, during task extraction, made the first
+    measurement later on 2 cores: they compete with the extraction for the CPU). A worker that times out
+    is killed and replaced by the pool; every worker is replaced after :data:`BUILDS_PER_WORKER` builds.
     """
 
     def __init__(self, max_workers: int, timeout_s: float, f_build=None) -> None:
@@ -60,14 +55,8 @@ class PersistentBuilder:
         self.max_workers = max_workers
         self.timeout_s = timeout_s
         self.f_build = f_build or lean_build
-        self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_s, initializer=warm_worker,
+        self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_s,
                                       maximum_process_uses=BUILDS_PER_WORKER)  # fmt: skip
-        self.warming: list = []
-
-    def start(self) -> PersistentBuilder:
-        """Start every worker now (non-blocking)."""
-        self.warming = [self.pool.submit(warm_worker) for _ in range(self.max_workers)]
-        return self
 
     def build(self, build_inputs: list) -> list:
         from tvm.s_tir.meta_schedule.builder import BuilderResult
@@ -168,7 +157,7 @@ class Measurer:
         self.rpc = rpc
         workers = settings.max_build_workers or max(1, os.cpu_count() or 1)
         if settings.build_pool == "persistent":
-            self.builder = PersistentBuilder(workers, settings.build_timeout_s).start()
+            self.builder = PersistentBuilder(workers, settings.build_timeout_s)
         elif settings.build_pool == "per-batch":
             self.builder = LocalBuilder(max_workers=workers, timeout_sec=settings.build_timeout_s, f_build=lean_build)
         else:

@@ -1,0 +1,129 @@
+"""Warm-starting the knob cost model from earlier work directories (``rlcompile tune --warm-start DIR``).
+
+A configuration's knob *indices* mean nothing on another shape (the domain of a tile knob depends on the
+loop extent), but its *decisions* carry: log2 of every tile factor, which unroll candidate, which loop a
+block is computed at. Tasks whose design spaces have the same structure (same knob kinds, tile parts and
+categorical candidates: e.g. every conv2d of a model) share that feature layout, so the measurements of
+one can train the cost model of another, as AutoTVM's transfer learning does across workloads of one
+template. Labels are each source task's relative throughput (its best / this cost; failures 0), which is
+comparable across tasks of different sizes.
+
+Only work directories made on this machine with this target are read (the same check a resumed run
+makes): a record from another CPU is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rlcompile.errors import RlcompileError
+from rlcompile.kernel.space import Config, KnobSpace
+
+Signature = tuple
+
+
+def space_signature(space: KnobSpace) -> Signature:
+    """What two spaces must share for their decision features to line up."""
+    return tuple(
+        (knob.kind, len(knob.values[0]) if knob.kind == "tile" else knob.name.split(" ", 1)[-1])
+        for knob in space.knobs
+    )
+
+
+def decision_features(space: KnobSpace, configs: Sequence[Config]) -> np.ndarray:
+    """Per knob: log2 of each tile factor, the categorical candidate's position, the compute location."""
+    rows = []
+    for config in configs:
+        row: list[float] = []
+        for knob, index in zip(space.knobs, config, strict=True):
+            value = knob.values[index]
+            if knob.kind == "tile":
+                row += [math.log2(factor) for factor in value]
+            else:
+                row.append(float(value) if knob.kind == "compute_location" else float(index))
+        rows.append(row)
+    return np.array(rows, dtype=np.float32)
+
+
+@dataclass
+class Prior:
+    """Measurements of other tasks, as decision features and relative throughputs, for one signature."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    tasks: int
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def relative_throughput(seconds: Sequence[float | None]) -> np.ndarray:
+    valid = [s for s in seconds if s is not None]
+    best = min(valid)
+    return np.array([best / s if s is not None else 0.0 for s in seconds], dtype=np.float32)
+
+
+class WarmStart:
+    """The measurements of earlier work directories, grouped by design-space signature."""
+
+    def __init__(self, priors: dict[Signature, Prior], sources: list[str]) -> None:
+        self.priors = priors
+        self.sources = sources
+
+    def prior_for(self, space: KnobSpace) -> Prior | None:
+        return self.priors.get(space_signature(space))
+
+    @property
+    def samples(self) -> int:
+        return sum(len(prior) for prior in self.priors.values())
+
+    @classmethod
+    def load(cls, directories: Sequence[Path], target, target_text: str, skip_tasks: Sequence[str] = ()) -> WarmStart:
+        """Read every directory's journal and workloads; ``skip_tasks``: workload keys left out."""
+        grouped: dict[Signature, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        for directory in directories:
+            for space, configs, seconds in source_tasks(Path(directory), target, target_text, set(skip_tasks)):
+                grouped[space_signature(space)].append((decision_features(space, configs),
+                                                        relative_throughput(seconds)))  # fmt: skip
+        priors = {signature: Prior(np.concatenate([f for f, _ in parts]), np.concatenate([y for _, y in parts]),
+                                   len(parts)) for signature, parts in grouped.items()}  # fmt: skip
+        return cls(priors, [str(d) for d in directories])
+
+
+def source_tasks(directory: Path, target, target_text: str, skip: set[str]):
+    """Each task of a work directory with at least one valid measurement: (space, configs, seconds)."""
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from rlcompile.kernel.workdir import WorkDir
+    from rlcompile.tvm_bridge import load_tensor_intrinsics
+
+    if not (directory / "environment.json").exists() or not (directory / "measurements.jsonl").exists():
+        raise RlcompileError(f"--warm-start {directory}: not a tuning work directory with measurements")
+    try:
+        work_dir = WorkDir(directory, target_text)  # refuses records of another machine or target
+    except RlcompileError as error:
+        raise RlcompileError(f"--warm-start: {error}".replace(" (use another --work-dir)", "")) from None
+    workloads = {}
+    for record in work_dir.database.get_all_tuning_records():
+        mod = record.workload.mod
+        workloads.setdefault(f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}", mod)
+    entries: dict[str, list[dict]] = defaultdict(list)
+    for entry in work_dir.journal():
+        if entry.get("config") is not None and entry["task"] in workloads and entry["task"] not in skip:
+            entries[entry["task"]].append(entry)
+    load_tensor_intrinsics()
+    for key, measured in entries.items():
+        context = ms.TuneContext(mod=workloads[key], target=target, space_generator="post-order-apply",
+                                 task_name=key, num_threads="physical")  # fmt: skip
+        space = KnobSpace.for_task(context)
+        usable = [e for e in measured if len(e["config"]) == len(space.knobs)]
+        if any(e["status"] == "ok" for e in usable):
+            yield (space, [tuple(e["config"]) for e in usable],
+                   [e["seconds"] if e["status"] == "ok" else None for e in usable])
