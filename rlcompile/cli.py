@@ -197,6 +197,7 @@ def command_tune(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, scheduler=args.scheduler, seed=args.seed, target=args.target, tasks=args.tasks,
         input_shapes=parse_input_shapes(args.input_shape), rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
         strategy_options={"sampling": args.sampling} if args.sampling else {},
+        warm_start=[str(d) for d in args.warm_start],
     )  # fmt: skip
     title = f"{args.model}: {args.strategy}, seed {args.seed}, work dir {args.work_dir}"
     with TuneProgress(stderr, title) as progress:
@@ -207,17 +208,13 @@ def command_tune(args: argparse.Namespace) -> int:
     if unfunded:
         stderr.print(f"{len(unfunded)} of {len(states)} tasks got no trials from --trials {args.trials} "
                      f"(they keep TVM's default schedules; the default budget is 32 per task)")  # fmt: skip
-    invalid = [state for state in states if state.budget and state.best_seconds == float("inf")]
-    if invalid:
-        stderr.print(f"{len(invalid)} task(s) have no valid schedule after their trials and keep TVM's default: "
-                     + ", ".join(state.task.label for state in invalid))  # fmt: skip
     summary = [state.summary() for state in states]
     write_json(Path(args.work_dir) / "tune_summary.json", {"request": {k: str(v) for k, v in vars(args).items()},
                                                            "tasks": summary})  # fmt: skip
     resumed = sum(state.resumed for state in states)
     if resumed:
         stderr.print(f"resumed: {resumed} measurements were already in {args.work_dir} and were not repeated")
-    failed = [state for state in states if state.trials and not state.gflops]
+    failed = [state for state in states if state.trials and not state.valid]
     for state in failed:
         stderr.print(f"[bold red]WARNING: {state.task.label}: no valid candidate in {state.trials} trials; "
                      f"errors: {dict(state.errors.most_common(2))}[/bold red]")  # fmt: skip
@@ -483,6 +480,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--scheduler", default="gradient", choices=["gradient", "round-robin"],
         help="which task gets the next batch, after one batch each: the one expected to cut end-to-end latency "
         "most (gradient, default) or each in turn",
+    )  # fmt: skip
+    tune.add_argument(
+        "--warm-start", nargs="+", default=[], metavar="DIR",
+        help="earlier work directories (this machine, this target) whose measurements train the cost model "
+        "before the first batch",
     )  # fmt: skip
     tune.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
     tune.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on remote devices")

@@ -16,6 +16,7 @@ from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer, MeasureSettings, RpcSpec
 from rlcompile.kernel.tasks import SEED_LAYERS, Task, extract_tasks, extract_tasks_cached, seed_layer
+from rlcompile.kernel.transfer import WarmStart
 from rlcompile.kernel.tuner import DEFAULT_BATCH_SIZE, Callback, TaskState, Tuner
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.locks import exclusive
@@ -75,6 +76,8 @@ class TuneRequest:
     rpc_tracker: str | None = None
     rpc_key: str | None = None
     strategy_options: dict = field(default_factory=dict)
+    #: earlier work directories on this machine whose measurements warm-start the knob cost model
+    warm_start: list = field(default_factory=list)
 
 
 def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
@@ -115,6 +118,8 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
             else:
                 tasks = load_tasks(request.model, target, request.input_shapes, work_dir.tasks_path)[1]
             tasks = select_tasks(tasks, request.tasks)
+            warm = WarmStart.load([Path(d) for d in request.warm_start], target, request.target) \
+                if request.warm_start else None  # fmt: skip
         except BaseException:
             if starting.exception() is None:
                 starting.result().close()
@@ -133,6 +138,7 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
             callbacks=callbacks,
             deadline=deadline,
             scheduler=request.scheduler,
+            warm_start=warm,
         )
         return tuner.run()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.tasks import Task
+from rlcompile.kernel.transfer import WarmStart
 from rlcompile.kernel.tuner import Tuner
 from rlcompile.kernel.workdir import WorkDir
 
@@ -38,8 +39,8 @@ def warm_up() -> None:
 
 
 def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch_size: int, work_dir: Path,
-                 measurer: Measurer, log: Callable[[str], None] = print,
-                 scheduler: str = "round-robin") -> dict:  # fmt: skip
+                 measurer: Measurer, log: Callable[[str], None] = print, scheduler: str = "round-robin",
+                 warm_start: WarmStart | None = None) -> dict:  # fmt: skip
     """Tune ``tasks`` from scratch with strategy ``spec`` (e.g. ``sa+adaptive``); return the summary.
 
     ``scheduler``: round-robin by default, so that every strategy gets the same budget per task and the
@@ -50,7 +51,7 @@ def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch
     started = time.perf_counter()
     make = functools.partial(strategies.create, name, seed=seed, **options)
     states = Tuner(tasks, make, WorkDir(work_dir, "llvm"), measurer, trials=trials, batch_size=batch_size,
-                   seed=seed, scheduler=scheduler).run()  # fmt: skip
+                   seed=seed, scheduler=scheduler, warm_start=warm_start).run()  # fmt: skip
     summary = {
         "strategy": spec,
         "seed": seed,

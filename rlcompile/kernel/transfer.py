@@ -8,6 +8,10 @@ one can train the cost model of another, as AutoTVM's transfer learning does acr
 template. Labels are each source task's relative throughput (its best / this cost; failures 0), which is
 comparable across tasks of different sizes.
 
+Search agents carry too: ``rl`` and ``chameleon`` keep their PPO network per task in ``WORK/agents/``
+(also what a resumed run continues from), and a new task of the same structure starts from the source
+agent that saw most measurements.
+
 Only work directories made on this machine with this target are read (the same check a resumed run
 makes): a record from another CPU is refused.
 """
@@ -15,6 +19,7 @@ makes): a record from another CPU is refused.
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,15 +74,47 @@ def relative_throughput(seconds: Sequence[float | None]) -> np.ndarray:
     return np.array([best / s if s is not None else 0.0 for s in seconds], dtype=np.float32)
 
 
-class WarmStart:
-    """The measurements of earlier work directories, grouped by design-space signature."""
+def agent_path(work_dir: Path, task_key: str) -> Path:
+    return Path(work_dir) / "agents" / f"{task_key}.pt"
 
-    def __init__(self, priors: dict[Signature, Prior], sources: list[str]) -> None:
+
+def save_agent(work_dir: Path, task_key: str, space: KnobSpace, strategy: str, trials: int, state: dict) -> None:
+    """Keep a search agent's learned state with the task it learned on (atomically: a kill leaves the old one)."""
+    import torch
+
+    path = agent_path(work_dir, task_key)
+    path.parent.mkdir(exist_ok=True)
+    partial = path.with_suffix(".partial")
+    torch.save({"signature": space_signature(space), "strategy": strategy, "trials": trials, "state": state}, partial)
+    os.replace(partial, path)
+
+
+def load_agent(path: Path) -> dict | None:
+    """A saved agent, or None when the file is unreadable (a damaged file is not worth a failed run)."""
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception:
+        return None
+
+
+class WarmStart:
+    """The measurements (and search agents) of earlier work directories, grouped by design-space signature."""
+
+    def __init__(self, priors: dict[Signature, Prior], sources: list[str], agents: list[dict] | None = None) -> None:
         self.priors = priors
         self.sources = sources
+        self.agents = agents or []
 
     def prior_for(self, space: KnobSpace) -> Prior | None:
         return self.priors.get(space_signature(space))
+
+    def agent_for(self, space: KnobSpace, strategy: str) -> dict | None:
+        """The learned state of the same strategy on the source task of this structure with most trials."""
+        signature = space_signature(space)
+        matching = [a for a in self.agents if a["strategy"] == strategy and tuple(a["signature"]) == signature]
+        return max(matching, key=lambda a: a["trials"])["state"] if matching else None
 
     @property
     def samples(self) -> int:
@@ -93,7 +130,9 @@ class WarmStart:
                                                         relative_throughput(seconds)))  # fmt: skip
         priors = {signature: Prior(np.concatenate([f for f, _ in parts]), np.concatenate([y for _, y in parts]),
                                    len(parts)) for signature, parts in grouped.items()}  # fmt: skip
-        return cls(priors, [str(d) for d in directories])
+        agents = [agent for d in directories for path in sorted((Path(d) / "agents").glob("*.pt"))
+                  if path.stem not in skip_tasks and (agent := load_agent(path)) is not None]  # fmt: skip
+        return cls(priors, [str(d) for d in directories], agents)
 
 
 def source_tasks(directory: Path, target, target_text: str, skip: set[str]):

@@ -25,6 +25,7 @@ from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.strategies import SearchContext, SearchStrategy
 from rlcompile.kernel.strategies.base import Proposal
 from rlcompile.kernel.tasks import Task
+from rlcompile.kernel.transfer import Prior, WarmStart, agent_path, load_agent, save_agent
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.tvm_bridge import load_tensor_intrinsics
 
@@ -66,6 +67,8 @@ class TaskState:
     device_lost: int = 0
     #: best latency after each of the task's batches (the task scheduler's input)
     batch_bests: list[float] = field(default_factory=list)
+    #: measurements of other tasks the cost model started from (``--warm-start``)
+    warm_start_samples: int = 0
 
     @property
     def batches(self) -> int:
@@ -74,6 +77,11 @@ class TaskState:
     @property
     def failures(self) -> int:
         return sum(self.statuses[s] for s in FAILURE_STATUSES)
+
+    @property
+    def valid(self) -> bool:
+        """At least one candidate built, ran and was timed (a zero-FLOP task such as a reshape included)."""
+        return math.isfinite(self.best_seconds)
 
     @property
     def gflops(self) -> float:
@@ -91,7 +99,8 @@ class TaskState:
             "gflops": self.gflops, "statuses": dict(self.statuses), "errors": dict(self.errors.most_common(5)),
             "search_seconds": self.strategy.stats.search_seconds, "measure_seconds": self.measure_seconds,
             "elapsed_seconds": self.elapsed_seconds, "search": self.strategy.stats.to_dict(),
-            "exhausted": self.exhausted, "device_lost": self.device_lost, "history": self.history,
+            "exhausted": self.exhausted, "device_lost": self.device_lost,
+            "warm_start_samples": self.warm_start_samples, "history": self.history,
         }  # fmt: skip
 
 
@@ -103,7 +112,8 @@ class Tuner:
 
     ``trials`` is the total over all tasks (default :func:`default_trials`), handed out a batch at a time
     by the task ``scheduler`` (:mod:`rlcompile.kernel.scheduler`); a task's ``budget`` is what it has been
-    granted so far. Measurements restored from the journal count against the total.
+    granted so far. Measurements restored from the journal count against the total. ``warm_start``: the
+    knob cost model of each task starts trained on earlier work directories' tasks of the same structure.
     """
 
     def __init__(
@@ -118,6 +128,7 @@ class Tuner:
         callbacks: Sequence[Callback] = (),
         deadline: float | None = None,
         scheduler: str = "gradient",
+        warm_start: WarmStart | None = None,
     ) -> None:
         if not tasks:
             raise BudgetError("no task to tune")
@@ -132,6 +143,7 @@ class Tuner:
         self.callbacks = list(callbacks)
         self.deadline = deadline
         self.ms_cost_model = None
+        self.warm_start = warm_start
 
     @property
     def out_of_time(self) -> bool:
@@ -147,6 +159,7 @@ class Tuner:
             state, trials = granted
             state.budget = state.trials + trials
             self.run_batch(state)
+            state.budget = state.trials  # a grant the batch did not use (adaptive sampling) goes back
         return self.states
 
     def shared_ms_cost_model(self):
@@ -173,10 +186,17 @@ class Tuner:
                 rand_state=self.seed,
             )
             space = KnobSpace.for_task(tune_context)
+            prior = self.prior_for(space)
+            state.warm_start_samples = len(prior) if prior is not None else 0
             state.context = SearchContext(task=task, tune_context=tune_context, space=space,
-                                          cost_model=KnobXGB(space, self.seed), database=self.work_dir.database,
+                                          cost_model=KnobXGB(space, self.seed, prior),
+                                          database=self.work_dir.database,
                                           ms_cost_model=self.shared_ms_cost_model(), seed=self.seed)  # fmt: skip
         return state.context
+
+    def prior_for(self, space: KnobSpace) -> Prior | None:
+        """Measurements of earlier work directories' tasks shaped like this one (``--warm-start``)."""
+        return self.warm_start.prior_for(space) if self.warm_start is not None else None
 
     def restore(self, state: TaskState, entries: list[dict]) -> None:
         """Rebuild a task's progress from the journal: counts, best, history, cost models."""
@@ -205,7 +225,17 @@ class Tuner:
         context.cost_model.update(configs, seconds)
         if getattr(state.strategy, "uses_ms_cost_model", False):
             self.restore_ms_cost_model(context)
+        self.prepare(state)
+
+    def prepare(self, state: TaskState) -> None:
+        """Start the task's strategy, from its own saved agent (resume) or a warm-start one when there is."""
+        context = self.context_for(state)
         state.strategy.prepare(context)
+        saved = load_agent(agent_path(self.work_dir.path, state.task.workload_key))
+        if saved is not None and saved["strategy"] == state.strategy.name:
+            state.strategy.load_agent_state(saved["state"])
+        elif self.warm_start is not None and (agent := self.warm_start.agent_for(context.space, state.strategy.name)):
+            state.strategy.load_agent_state(agent)
 
     def restore_ms_cost_model(self, context: SearchContext) -> None:
         from tvm.s_tir import meta_schedule as ms
@@ -228,7 +258,7 @@ class Tuner:
 
     def run_batch(self, state: TaskState) -> None:
         if state.context is None or state.strategy.context is None:
-            state.strategy.prepare(self.context_for(state))
+            self.prepare(state)
         started = time.perf_counter()
         proposals = state.strategy.propose(min(self.batch_size, state.budget - state.trials))
         if not proposals:
@@ -250,6 +280,9 @@ class Tuner:
         if proposals:
             self.record(state, proposals, candidates, measurements, started)
             state.strategy.observe(proposals, measurements)
+            if (agent := state.strategy.agent_state()) is not None:
+                save_agent(self.work_dir.path, state.task.workload_key, state.context.space, state.strategy.name,
+                           state.trials, agent)  # fmt: skip
         state.batch_bests.append(state.best_seconds)
         self.notify(state)
 

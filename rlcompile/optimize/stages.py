@@ -78,12 +78,12 @@ def kernel_stage(model: LoadedModel, settings: StageSettings, deadline: float, w
 
     def report(state) -> None:
         on_batch()
-        best = f"{state.best_seconds * 1e3:.3f} ms" if state.gflops else "no valid schedule yet"
+        best = f"{state.best_seconds * 1e3:.3f} ms" if state.valid else "no valid schedule yet"
         progress(f"kernel: {state.task.label}: {state.trials}/{state.budget} trials, best {best}")
 
     states = tune(request, [report], lambda tasks: progress(f"kernel: tuning {len(tasks)} tasks with "
                   f"{settings.strategy} until the deadline"), model=model, deadline=deadline)  # fmt: skip
-    tuned = [state for state in states if state.gflops]
+    tuned = [state for state in states if state.valid]
     return {
         "strategy": settings.strategy,
         "tasks": len(states),

@@ -34,7 +34,7 @@ class TuneProgress:
             return
         best = (
             f"{state.best_seconds * 1e3:.4f} ms, {state.gflops:.1f} GFLOPS"
-            if state.gflops
+            if state.valid
             else "no valid candidate yet"
         )
         self.console.print(

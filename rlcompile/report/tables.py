@@ -70,7 +70,7 @@ def tuning_table(states: Sequence, title: str) -> Table:
     for column in columns:
         table.add_column(column, justify="left" if column == "task" else "right")
     for state in states:
-        best = f"{state.best_seconds * 1e3:.4f}" if state.gflops else "-"
+        best = f"{state.best_seconds * 1e3:.4f}" if state.valid else "-"
         table.add_row(
             state.task.label,
             f"{state.trials}/{state.budget}" + (" (exhausted)" if state.exhausted else ""),

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 
@@ -59,3 +65,27 @@ def test_rpc_spec_parsing() -> None:
         RpcSpec.parse("localhost", "x86")
     with pytest.raises(RlcompileError, match="--rpc-key"):
         RpcSpec.parse("localhost:9190", None)
+
+
+ORPHAN_SCRIPT = """
+import os, time
+from rlcompile.kernel.measurer import PersistentBuilder
+builder = PersistentBuilder(1, 300)
+builder.pool.submit(time.sleep, 120)
+time.sleep(3)
+print(next(iter(builder.pool._worker_map.values()))._proc.pid, flush=True)
+os._exit(0)  # dies like a killed tuner: no shutdown of the pool
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux's")
+def test_build_workers_die_with_a_killed_tuner() -> None:
+    worker = int(subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT], capture_output=True, text=True,
+                                check=True).stdout.split()[-1])  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{worker}"):
+        time.sleep(0.2)
+    alive = os.path.exists(f"/proc/{worker}")
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "the build worker outlived its tuner"

@@ -111,6 +111,13 @@ class SearchStrategy(ABC):
     def observe(self, proposals: Sequence[Proposal], measurements: Sequence[Measurement]) -> None:  # noqa: B027
         """Learn from measured proposals (default: nothing; the tuner updates the cost model)."""
 
+    def agent_state(self) -> dict | None:
+        """What the strategy has learned that could help another task of the same structure (default: none)."""
+        return None
+
+    def load_agent_state(self, state: dict) -> None:  # noqa: B027
+        """Start from ``agent_state()`` of an earlier task or run (called right after :meth:`prepare`)."""
+
     # helpers shared by the knob-space strategies
 
     def predict(self, configs: Sequence[Config]) -> np.ndarray:

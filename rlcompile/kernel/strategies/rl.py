@@ -87,6 +87,13 @@ class PPOSearch(SearchStrategy):
         self.network = ActorCritic(len(context.space.knobs))
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=self.learning_rate)
 
+    def agent_state(self) -> dict | None:
+        return {"network": self.network.state_dict()} if self.network is not None else None
+
+    def load_agent_state(self, state: dict) -> None:
+        """The policy and value network of a task with as many knobs (the optimiser starts afresh)."""
+        self.network.load_state_dict(state["network"])
+
     def _propose(self, count: int) -> list[Proposal]:
         if not self.context.cost_model.trained:
             self.stats.steps += 1
