@@ -5,9 +5,11 @@
 
 The source layers are tuned once (into ``OUT/work/source/LAYER``, resumable); each target layer is then
 tuned from scratch twice per seed, cold and warm-started from every source directory (``--warm-start``),
-alternating which goes first. The targets are layers the sources never saw (by default ResNet-18's
-convolutions, warm-started from AlexNet's and VGG-16's). Reported per target: the best after the first
-batch and at the end, and the measurements each needs to come within 5% of the cold run's final best.
+alternating which goes first. Seeds already in the JSON for the same sources and budget are kept, so
+more seeds can be added later (``--seeds 0,1,2,3``). The targets are layers the sources never saw (by
+default ResNet-18's convolutions, warm-started from AlexNet's and VGG-16's). Reported per target: the
+best after the first batch and at the end, and the measurements each needs to come within 5% of the
+cold run's final best.
 Output: ``warm_start.json`` (rewritten after every run).
 """
 
@@ -78,11 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     target = measurer.target
     warm = WarmStart.load(tune_sources(args, measurer, target), target, "llvm")
     console.log(f"warm start: {warm.samples} measurements from {args.sources}")
-    results: dict = {}
     path = args.out / "warm_start.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    same = saved.get("args", {}).get("sources") == args.sources and saved["args"].get("trials") == str(args.trials)
+    results: dict = saved.get("layers", {}) if same else {}  # runs of the same experiment are kept, not repeated
     for layer in args.targets.split(","):
         task = seed_layer(layer, target)
-        for seed in seeds:
+        done = {row["seed"] for row in results.get(layer, {}).get("seeds", [])}
+        for seed in [s for s in seeds if s not in done]:
             order = ("cold", "warm") if seed % 2 == 0 else ("warm", "cold")
             runs = {}
             for kind in order:
