@@ -9,7 +9,8 @@ alternating which goes first. Seeds already in the JSON for the same sources and
 more seeds can be added later (``--seeds 0,1,2,3``). The targets are layers the sources never saw (by
 default ResNet-18's convolutions, warm-started from AlexNet's and VGG-16's). Reported per target: the
 best after the first batch and at the end, and the measurements each needs to come within 5% of the
-cold run's final best.
+cold run's final best. A target whose design space matches no source's structure gets no prior (0
+samples): its "warm" run is a second cold run, i.e. the noise of identical runs.
 Output: ``warm_start.json`` (rewritten after every run).
 """
 
@@ -102,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(payload, indent=1))
     table = Table(title=f"{args.strategy}, {args.trials} measurements, warm-started from {args.sources} "
                   f"({warm.samples} measurements); median over seeds {seeds}")  # fmt: skip
-    for column in ("layer", "first batch cold ms", "first batch warm ms", "final cold ms", "final warm ms",
-                   "to cold's final (cold)", "to cold's final (warm)"):  # fmt: skip
+    for column in ("layer", "prior samples", "first batch cold ms", "first batch warm ms", "final cold ms",
+                   "final warm ms", "to cold's final (cold)", "to cold's final (warm)"):  # fmt: skip
         table.add_column(column, justify="left" if column == "layer" else "right")
     for layer, result in results.items():
         rows = result["seeds"]
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             return statistics.median(values) if values else None
 
         reached = sum(1 for row in rows if row["warm_to_goal"] is not None)
-        table.add_row(layer, show(median("cold_first_batch_ms"), ".4f"), show(median("warm_first_batch_ms"), ".4f"),
+        table.add_row(layer, str(rows[0]["warm_start_samples"]), show(median("cold_first_batch_ms"), ".4f"),
+                      show(median("warm_first_batch_ms"), ".4f"),
                       show(median("cold_best_ms"), ".4f"), show(median("warm_best_ms"), ".4f"),
                       show(median("cold_to_goal"), ".0f"),
                       f"{show(median('warm_to_goal'), '.0f')} ({reached}/{len(rows)} reached)")  # fmt: skip
