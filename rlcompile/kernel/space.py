@@ -32,6 +32,8 @@ SAMPLING_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocati
 MAX_PROBED_LOCATION = 64
 
 Config = tuple[int, ...]
+#: Random state of the design-space generation behind every knob space (see :meth:`KnobSpace.for_task`).
+SPACE_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -118,9 +120,24 @@ class KnobSpace:
 
     @classmethod
     def for_task(cls, context) -> KnobSpace:
-        """Build from a MetaSchedule TuneContext (its design spaces and post-processors)."""
-        spaces = context.space_generator.generate_design_space(context.mod)
-        return cls(context.mod, context.target, spaces, context.space_generator.postprocs)
+        """Build from a MetaSchedule TuneContext (its design spaces and post-processors).
+
+        The design spaces are generated with a fixed random state, whatever the context's: the legal
+        compute locations are read off a space's own sampled tiling, so a space generated with another
+        state can have another domain, and a configuration journaled under one seed (or read by
+        ``--warm-start``) would not mean the same schedule under another.
+        """
+        from tvm.s_tir import meta_schedule as ms
+
+        fixed = ms.TuneContext(mod=context.mod, target=context.target, space_generator="post-order-apply",
+                               task_name=context.task_name, num_threads=context.num_threads,
+                               rand_state=SPACE_SEED)  # fmt: skip
+        spaces = fixed.space_generator.generate_design_space(fixed.mod)
+        return cls(fixed.mod, fixed.target, spaces, fixed.space_generator.postprocs)
+
+    def contains(self, config: Config) -> bool:
+        """Whether ``config`` is a configuration of this space (right length, every index in its domain)."""
+        return len(config) == len(self.knobs) and all(0 <= i < n for i, n in zip(config, self.sizes, strict=True))
 
     @property
     def has_space_knob(self) -> bool:

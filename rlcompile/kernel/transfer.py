@@ -162,7 +162,7 @@ def source_tasks(directory: Path, target, target_text: str, skip: set[str]):
         context = ms.TuneContext(mod=workloads[key], target=target, space_generator="post-order-apply",
                                  task_name=key, num_threads="physical")  # fmt: skip
         space = KnobSpace.for_task(context)
-        usable = [e for e in measured if len(e["config"]) == len(space.knobs)]
+        usable = [e for e in measured if space.contains(tuple(e["config"]))]
         if any(e["status"] == "ok" for e in usable):
             yield (space, [tuple(e["config"]) for e in usable],
                    [e["seconds"] if e["status"] == "ok" else None for e in usable])

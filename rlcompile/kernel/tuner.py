@@ -209,7 +209,7 @@ class Tuner:
             self.count(state, entry["status"], value, entry.get("error"))
             context.measured[entry["key"]] = value if value is not None else math.inf
             config = tuple(entry["config"]) if entry.get("config") is not None else None
-            if config is not None and len(config) == len(context.space.knobs):
+            if config is not None and context.space.contains(config):
                 context.measured_configs[config] = value if value is not None else math.inf
                 configs.append(config)
                 seconds.append(value)
