@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -179,7 +178,7 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
                                        lambda m, model_name=model_name: console.log(f"{model_name} {m}"))  # fmt: skip
                 executable = build_executable(model, WorkDir(work_dir, "llvm"), target)
                 summary["latency_ms"] = time_model(executable, model, tvm.cpu(0), config)
-                summary["batches_per_task"] = [math.ceil(task["trials"] / args.batch_size) for task in summary["tasks"]]
+                summary["batches_per_task"] = [task["batches"] for task in summary["tasks"]]
                 summary["untuned_tasks"] = sum(1 for task in summary["tasks"] if task["best_ms"] is None)
                 del summary["tasks"]
                 row["strategies"].setdefault(name, []).append(summary)

@@ -97,6 +97,13 @@ def load_tensor_intrinsics() -> None:
             import tvm.s_tir.tensor_intrin  # noqa: F401
 
 
+def module_key(mod: tvm.IRModule) -> str:
+    """A module's structural hash as 16 hex digits: the identity of a task or a schedule across runs."""
+    import tvm_ffi
+
+    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
+
+
 def target_device(target: tvm.target.Target) -> tvm.runtime.Device:
     return tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
 

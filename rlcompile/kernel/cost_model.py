@@ -88,13 +88,12 @@ class KnobXGB:
         prior_size = len(self.prior) if self.prior is not None else 0
         if len(valid) + prior_size < MIN_TRAINING_SAMPLES:
             return
-        best = min(valid, default=math.inf)
-        labels = np.array([best / c if math.isfinite(c) else 0.0 for c in self.costs], dtype=np.float32)
-        features = self.features(self.configs) if self.configs else np.zeros((0, 0), dtype=np.float32)
-        if self.prior is not None:
-            features = np.concatenate([self.prior.features, features]) if len(features) else self.prior.features
-            labels = np.concatenate([self.prior.labels, labels])
-        matrix = xgb.DMatrix(features, label=labels)
+        parts = [(self.prior.features, self.prior.labels)] if self.prior is not None else []
+        if self.configs:
+            best = min(valid, default=math.inf)
+            labels = np.array([best / c if math.isfinite(c) else 0.0 for c in self.costs], dtype=np.float32)
+            parts.append((self.features(self.configs), labels))
+        matrix = xgb.DMatrix(np.concatenate([f for f, _ in parts]), label=np.concatenate([y for _, y in parts]))
         self.booster = xgb.train(XGB_PARAMS | {"seed": self.seed}, matrix, num_boost_round=BOOST_ROUNDS)
 
     def predict(self, configs: Sequence[Config]) -> np.ndarray:

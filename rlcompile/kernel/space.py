@@ -32,7 +32,7 @@ SAMPLING_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocati
 MAX_PROBED_LOCATION = 64
 
 Config = tuple[int, ...]
-#: Random state of the design-space generation behind every knob space (see :meth:`KnobSpace.for_task`).
+#: Random state of the design-space generation behind every knob space (see :meth:`KnobSpace.for_workload`).
 SPACE_SEED = 0
 
 
@@ -120,18 +120,23 @@ class KnobSpace:
 
     @classmethod
     def for_task(cls, context) -> KnobSpace:
-        """Build from a MetaSchedule TuneContext (its design spaces and post-processors).
+        """The knob space of a MetaSchedule TuneContext's task (:meth:`for_workload`; its random state is not used)."""
+        return cls.for_workload(context.mod, context.target, context.task_name, context.num_threads)
 
-        The design spaces are generated with a fixed random state, whatever the context's: the legal
-        compute locations are read off a space's own sampled tiling, so a space generated with another
-        state can have another domain, and a configuration journaled under one seed (or read by
-        ``--warm-start``) would not mean the same schedule under another.
+    @classmethod
+    def for_workload(cls, mod: tvm.IRModule, target: tvm.target.Target, task_name: str = "task",
+                     num_threads: int | str = "physical") -> KnobSpace:  # fmt: skip
+        """Build from MetaSchedule's post-order-apply design spaces and post-processors for ``mod``.
+
+        The design spaces are generated with a fixed random state: the legal compute locations are read
+        off a space's own sampled tiling, so a space generated with another state can have another domain,
+        and a configuration journaled under one seed (or read by ``--warm-start``) would not mean the same
+        schedule under another.
         """
         from tvm.s_tir import meta_schedule as ms
 
-        fixed = ms.TuneContext(mod=context.mod, target=context.target, space_generator="post-order-apply",
-                               task_name=context.task_name, num_threads=context.num_threads,
-                               rand_state=SPACE_SEED)  # fmt: skip
+        fixed = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name=task_name,
+                               num_threads=num_threads, rand_state=SPACE_SEED)  # fmt: skip
         spaces = fixed.space_generator.generate_design_space(fixed.mod)
         return cls(fixed.mod, fixed.target, spaces, fixed.space_generator.postprocs)
 

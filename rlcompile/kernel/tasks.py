@@ -24,7 +24,7 @@ import onnx
 
 from rlcompile.errors import RlcompileError
 from rlcompile.models import LoadedModel, load_model
-from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, tvm
+from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, module_key, tvm
 
 #: The seeds' layers: name -> (zoo model, 1-based index among its distinct convolutions in graph order).
 SEED_LAYERS: dict[str, tuple[str, int]] = {
@@ -90,9 +90,7 @@ class Task:
     @cached_property
     def workload_key(self) -> str:
         """Structural hash of the program: identifies the task in the database across runs."""
-        import tvm_ffi
-
-        return f"{tvm_ffi.structural_hash(self.mod) & (2**64 - 1):016x}"
+        return module_key(self.mod)
 
 
 def conv_shapes(proto: onnx.ModelProto) -> list[ConvShape]:

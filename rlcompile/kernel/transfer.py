@@ -121,27 +121,24 @@ class WarmStart:
         return sum(len(prior) for prior in self.priors.values())
 
     @classmethod
-    def load(cls, directories: Sequence[Path], target, target_text: str, skip_tasks: Sequence[str] = ()) -> WarmStart:
-        """Read every directory's journal and workloads; ``skip_tasks``: workload keys left out."""
+    def load(cls, directories: Sequence[Path], target, target_text: str) -> WarmStart:
+        """Read every directory's journal, workloads and saved agents."""
         grouped: dict[Signature, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         for directory in directories:
-            for space, configs, seconds in source_tasks(Path(directory), target, target_text, set(skip_tasks)):
+            for space, configs, seconds in source_tasks(Path(directory), target, target_text):
                 grouped[space_signature(space)].append((decision_features(space, configs),
                                                         relative_throughput(seconds)))  # fmt: skip
         priors = {signature: Prior(np.concatenate([f for f, _ in parts]), np.concatenate([y for _, y in parts]),
                                    len(parts)) for signature, parts in grouped.items()}  # fmt: skip
         agents = [agent for d in directories for path in sorted((Path(d) / "agents").glob("*.pt"))
-                  if path.stem not in skip_tasks and (agent := load_agent(path)) is not None]  # fmt: skip
+                  if (agent := load_agent(path)) is not None]  # fmt: skip
         return cls(priors, [str(d) for d in directories], agents)
 
 
-def source_tasks(directory: Path, target, target_text: str, skip: set[str]):
+def source_tasks(directory: Path, target, target_text: str):
     """Each task of a work directory with at least one valid measurement: (space, configs, seconds)."""
-    import tvm_ffi
-    from tvm.s_tir import meta_schedule as ms
-
     from rlcompile.kernel.workdir import WorkDir
-    from rlcompile.tvm_bridge import load_tensor_intrinsics
+    from rlcompile.tvm_bridge import load_tensor_intrinsics, module_key
 
     if not (directory / "environment.json").exists() or not (directory / "measurements.jsonl").exists():
         raise RlcompileError(f"--warm-start {directory}: not a tuning work directory with measurements")
@@ -151,17 +148,14 @@ def source_tasks(directory: Path, target, target_text: str, skip: set[str]):
         raise RlcompileError(f"--warm-start: {error}".replace(" (use another --work-dir)", "")) from None
     workloads = {}
     for record in work_dir.database.get_all_tuning_records():
-        mod = record.workload.mod
-        workloads.setdefault(f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}", mod)
+        workloads.setdefault(module_key(record.workload.mod), record.workload.mod)
     entries: dict[str, list[dict]] = defaultdict(list)
     for entry in work_dir.journal():
-        if entry.get("config") is not None and entry["task"] in workloads and entry["task"] not in skip:
+        if entry.get("config") is not None and entry["task"] in workloads:
             entries[entry["task"]].append(entry)
     load_tensor_intrinsics()
     for key, measured in entries.items():
-        context = ms.TuneContext(mod=workloads[key], target=target, space_generator="post-order-apply",
-                                 task_name=key, num_threads="physical")  # fmt: skip
-        space = KnobSpace.for_task(context)
+        space = KnobSpace.for_workload(workloads[key], target, key)
         usable = [e for e in measured if space.contains(tuple(e["config"]))]
         if any(e["status"] == "ok" for e in usable):
             yield (space, [tuple(e["config"]) for e in usable],

@@ -85,7 +85,7 @@ class TaskState:
 
     @property
     def gflops(self) -> float:
-        return self.task.flops / self.best_seconds / 1e9 if math.isfinite(self.best_seconds) else 0.0
+        return self.task.flops / self.best_seconds / 1e9 if self.valid else 0.0
 
     @property
     def done(self) -> bool:
@@ -99,7 +99,7 @@ class TaskState:
             "gflops": self.gflops, "statuses": dict(self.statuses), "errors": dict(self.errors.most_common(5)),
             "search_seconds": self.strategy.stats.search_seconds, "measure_seconds": self.measure_seconds,
             "elapsed_seconds": self.elapsed_seconds, "search": self.strategy.stats.to_dict(),
-            "exhausted": self.exhausted, "device_lost": self.device_lost,
+            "exhausted": self.exhausted, "device_lost": self.device_lost, "batches": self.batches,
             "warm_start_samples": self.warm_start_samples, "history": self.history,
         }  # fmt: skip
 

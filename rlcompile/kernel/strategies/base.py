@@ -19,13 +19,12 @@ from rlcompile.kernel.cost_model import KnobXGB
 from rlcompile.kernel.measurer import Measurement
 from rlcompile.kernel.space import Config, KnobSpace
 from rlcompile.kernel.tasks import Task
+from rlcompile.tvm_bridge import module_key
 
 
 def schedule_key(schedule) -> str:
     """Identity of a post-processed schedule (two configurations TVM repairs to one program are one)."""
-    import tvm_ffi
-
-    return f"{tvm_ffi.structural_hash(schedule.mod) & (2**64 - 1):016x}"
+    return module_key(schedule.mod)
 
 
 @dataclass
