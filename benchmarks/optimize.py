@@ -15,13 +15,13 @@ Writes ``optimize.png``: speed-up of the output over the faster native per model
 "vs ORT" is ONNX Runtime native / the output: what a user who runs ORT today gains.
 
 Foreign models: PaddleOCR's detector, recogniser and direction classifier shipped in the
-``rapidocr-onnxruntime`` wheel (dynamic inputs, fixed with ``--input-shape``).
+``rapidocr-onnxruntime`` wheel, loaded by name (``rlcompile.models.packaged``: dynamic inputs fixed to
+the shapes given there).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import shutil
 import subprocess
@@ -32,15 +32,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from rlcompile.models.packaged import PACKAGED
+
 console = Console(width=180)
 ZOO_MODELS = ("lenet5,squeezenet1_1,mobilenet_v1,mobilenet_v2,resnet18,bert_tiny,googlenet,alexnet,resnet50,"
               "inception_v3,vgg16,vgg19,bert")  # fmt: skip
-#: name -> (file in the rapidocr-onnxruntime wheel, --input-shape)
-FOREIGN = {
-    "ocr-cls": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "x=1,3,48,192"),
-    "ocr-det": ("ch_PP-OCRv4_det_infer.onnx", "x=1,3,320,320"),
-    "ocr-rec": ("ch_PP-OCRv4_rec_infer.onnx", "x=1,3,48,320"),
-}
+#: models this project did not produce, loaded by name from their wheel (rlcompile.models.packaged)
+FOREIGN = tuple(PACKAGED)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,17 +49,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("results/optimize"))
     parser.add_argument("--redo", default="", help="models to run again from scratch (their output is deleted)")
     return parser.parse_args(argv)
-
-
-def model_arguments(name: str) -> list[str]:
-    """The MODEL argument (and --input-shape) for a zoo name or a foreign model."""
-    if name not in FOREIGN:
-        return [name]
-    filename, shape = FOREIGN[name]
-    files = [f for f in importlib.metadata.files("rapidocr-onnxruntime") or [] if f.name == filename]
-    if not files:
-        raise SystemExit(f"{filename} is not installed (install.sh installs rapidocr-onnxruntime)")
-    return [str(files[0].locate()), "--input-shape", shape]
 
 
 def run(command: list[str], log: Path) -> int:
@@ -77,7 +64,7 @@ def evaluate(name: str, args: argparse.Namespace) -> dict:
     output, log = runs / name, runs / f"{name}.log"
     threads = ["--threads", str(args.threads)] if args.threads else []
     started = time.monotonic()
-    status = run(["rlcompile", "optimize", *model_arguments(name), "-o", str(output), "--budget", args.budget,
+    status = run(["rlcompile", "optimize", name, "-o", str(output), "--budget", args.budget,
                   *threads], log)  # fmt: skip
     wall = time.monotonic() - started
     if status != 0:
@@ -85,7 +72,7 @@ def evaluate(name: str, args: argparse.Namespace) -> dict:
     manifest = json.loads((output / "manifest.json").read_text())
     untuned = runs / f"{name}.tvm.json"
     if not untuned.exists():
-        run(["rlcompile", "compare", *model_arguments(name), "--backends", "ort,tvm", "--quick",
+        run(["rlcompile", "compare", name, "--backends", "ort,tvm", "--quick",
              "--json", str(untuned)], log)  # fmt: skip
     return summarize(name, manifest, untuned, wall)
 

@@ -17,7 +17,6 @@ command finishes; a re-run skips what is there.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import subprocess
 import sys
@@ -28,15 +27,12 @@ import onnx
 from rich.console import Console
 from rich.table import Table
 
+from rlcompile.models.packaged import PACKAGED, packaged_path
+
 console = Console(width=200)
-#: name -> (file in the rapidocr-onnxruntime wheel, --input-shape, quantised?)
-MODELS = {
-    "ocr-cls": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "x=1,3,48,192", False),
-    "ocr-det": ("ch_PP-OCRv4_det_infer.onnx", "x=1,3,320,320", False),
-    "ocr-rec": ("ch_PP-OCRv4_rec_infer.onnx", "x=1,3,48,320", False),
-    "ocr-cls-q": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "x=1,3,48,192", True),
-    "ocr-rec-q": ("ch_PP-OCRv4_rec_infer.onnx", "x=1,3,48,320", True),
-}
+#: name -> (the packaged model whose wheel file is run by path, quantised?)
+MODELS = {"ocr-cls": ("ocr-cls", False), "ocr-det": ("ocr-det", False), "ocr-rec": ("ocr-rec", False),
+          "ocr-cls-q": ("ocr-cls", True), "ocr-rec-q": ("ocr-rec", True)}  # fmt: skip
 #: command -> arguments after MODEL; {out} is this (model, command)'s output folder.
 COMMANDS = {
     "run": ["--quick"],
@@ -47,13 +43,6 @@ COMMANDS = {
     "select": ["--agent", "qlearning", "--quick", "-o", "{out}/plan", "--table-dir", "{out}/tables"],
     "optimize": ["--budget", "2m", "-o", "{out}/opt"],
 }
-
-
-def wheel_file(name: str) -> Path:
-    files = [f for f in importlib.metadata.files("rapidocr-onnxruntime") or [] if f.name == name]
-    if not files:
-        raise SystemExit(f"{name} is not installed (install.sh installs rapidocr-onnxruntime)")
-    return Path(str(files[0].locate()))
 
 
 def quantised_copy(source: Path, folder: Path) -> Path:
@@ -106,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "real_world.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
     for name in args.models.split(","):
-        filename, shape, quantise = MODELS[name]
-        model = wheel_file(filename)
+        packaged, quantise = MODELS[name]
+        model, shape = packaged_path(packaged), PACKAGED[packaged].input_shape
         if quantise:
             model = quantised_copy(model, args.out / "models")
         for command in args.commands.split(","):

@@ -13,7 +13,7 @@ The same rule serves ``rlcompile graph`` and ``optimize``'s graph stage.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,14 +250,21 @@ def verified(
     agreement = agreement_of(final, reference, feeds)
     if agreement.within():
         return final, len(rewrites), agreement
-    by_id = {rule.id: rule for rule in rule_set}
     model = start
-    for index, rewrite in enumerate(rewrites):
-        candidate = by_id[rewrite.rule].apply(model, rules.Location(rewrite.location))
+    for index, candidate in enumerate(replayed(start, rewrites, rule_set)):
         if not agreement_of(candidate, reference, feeds).within():
             return model, index, agreement_of(model, reference, feeds)
         model = candidate
     return model, len(rewrites), agreement_of(model, reference, feeds)
+
+
+def replayed(start: ir.Model, rewrites: Sequence[Rewrite], rule_set: Sequence[rules.Rule]) -> Iterator[ir.Model]:
+    """The graph after each of ``rewrites``, applied in turn from ``start``."""
+    by_id = {rule.id: rule for rule in rule_set}
+    model = start
+    for rewrite in rewrites:
+        model = by_id[rewrite.rule].apply(model, rules.Location(rewrite.location))
+        yield model
 
 
 def time_side_by_side(

@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +26,15 @@ import onnxruntime as ort
 
 from rlcompile.backends.ort import create_session, session_options
 from rlcompile.errors import RlcompileError
-from rlcompile.graph import onnx_graph
+from rlcompile.graph import onnx_graph, regions
+from rlcompile.graph.regions import operator_key
 from rlcompile.measure import MeasureConfig, cpu_model, host_cores, measure_latency
-from rlcompile.models.onnx_model import MAX_IR_VERSION, first_line
+from rlcompile.models.onnx_model import first_line
 from rlcompile.models.zoo import cache_root
 
 #: Timing of one operator: short, because a zoo model has hundreds of distinct operators.
 OPERATOR_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
 _COST = "rlcompile.cost"
-#: Constant integer inputs up to this size are part of the key (shapes for Reshape, sizes for Split).
-_KEYED_CONSTANT_SIZE = 64
 
 
 class CostModel(ABC):
@@ -49,25 +49,6 @@ class CostModel(ABC):
         """Persist whatever was learnt (nothing by default)."""
 
 
-def value_key(value: ir.Value | None) -> str:
-    if value is None:
-        return "-"
-    shape = onnx_graph.static_shape(value)
-    text = f"{value.dtype}{list(shape) if shape is not None else '?'}"
-    if not onnx_graph.is_constant(value):
-        return text
-    array = onnx_graph.constant_array(value)
-    if array is not None and array.dtype.kind in "iub" and array.size <= _KEYED_CONSTANT_SIZE:
-        return f"{text}=c{array.reshape(-1).tolist()}"
-    return f"{text}=c"
-
-
-def operator_key(node: ir.Node) -> str:
-    """What an operator's runtime depends on: op, attributes, input shapes/dtypes and constness."""
-    inputs = ",".join(value_key(value) for value in node.inputs)
-    return f"{node.domain}:{node.op_type}({onnx_graph.attributes_key(node)})[{inputs}]"
-
-
 def feed_for(value: ir.Value, rng: np.random.Generator) -> np.ndarray:
     """A random input of the value's shape; integers are zeros (valid indices), booleans ones."""
     dtype = value.dtype.numpy()
@@ -79,30 +60,11 @@ def feed_for(value: ir.Value, rng: np.random.Generator) -> np.ndarray:
     return np.ones(shape, dtype) if dtype == np.bool_ else np.zeros(shape, dtype)
 
 
-def single_operator_model(node: ir.Node, opsets: dict[str, int]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """The node alone in a model: constant inputs as initializers (real values), the rest as inputs."""
+def subgraph_with_feeds(nodes: Sequence[ir.Node], opsets: dict[str, int]) -> tuple[onnx.ModelProto, dict]:
+    """The nodes alone in a model (:func:`regions.region_model`) and random feeds for its inputs."""
     rng = np.random.default_rng(0)
-    proto = ir.serde.serialize_node(node)
-    inputs, initializers, feeds = [], [], {}
-    for index, value in enumerate(node.inputs):
-        if value is None:
-            continue
-        name = f"input{index}"
-        proto.input[index] = name
-        array = onnx_graph.constant_array(value)
-        if array is not None:
-            initializers.append(onnx.numpy_helper.from_array(array, name))
-        else:
-            feeds[name] = feed_for(value, rng)
-            inputs.append(onnx.helper.make_tensor_value_info(name, value.dtype.value, feeds[name].shape))
-    outputs = []
-    for index, value in enumerate(node.outputs):
-        name = f"output{index}"
-        proto.output[index] = name
-        outputs.append(onnx.helper.make_tensor_value_info(name, value.dtype.value, onnx_graph.static_shape(value)))
-    graph = onnx.helper.make_graph([proto], "operator", inputs, outputs, initializers)
-    imports = [onnx.helper.make_opsetid(domain, version) for domain, version in opsets.items()]
-    return onnx.helper.make_model(graph, opset_imports=imports, ir_version=MAX_IR_VERSION), feeds
+    proto, external = regions.region_model(nodes, opsets)
+    return proto, {name: feed_for(value, rng) for name, value in external.items()}
 
 
 class OperatorCostModel(CostModel):
@@ -145,8 +107,12 @@ class OperatorCostModel(CostModel):
         return cached
 
     def operator_cost(self, key: str, node: ir.Node, opsets: dict[str, int]) -> float:
+        return self.cached_cost(key, [node], opsets)
+
+    def cached_cost(self, key: str, nodes: Sequence[ir.Node], opsets: dict[str, int]) -> float:
+        """The cached timing under ``key``, timing ``nodes`` as a subgraph the first time."""
         if key not in self.costs:
-            self.costs[key] = self._time(key, node, opsets)
+            self.costs[key] = self.time_subgraph(key, nodes, opsets)
             self.measured += 1
             self._unsaved += 1
             if self._unsaved >= 25:
@@ -154,9 +120,12 @@ class OperatorCostModel(CostModel):
         return self.costs[key]
 
     def _time(self, key: str, node: ir.Node, opsets: dict[str, int]) -> float:
-        """Median ms of the node alone; a node ONNX Runtime cannot run alone is counted and costs 0."""
+        return self.time_subgraph(key, [node], opsets)
+
+    def time_subgraph(self, key: str, nodes: Sequence[ir.Node], opsets: dict[str, int]) -> float:
+        """Median ms of the nodes alone; nodes ONNX Runtime cannot run alone are counted and cost 0."""
         try:
-            proto, feeds = single_operator_model(node, opsets)
+            proto, feeds = subgraph_with_feeds(nodes, opsets)
             session = create_session(proto.SerializeToString(), session_options(self.opt_level, self.threads), key)
             return measure_latency(lambda: session.run(None, feeds), self.timing).median_ms
         except (RlcompileError, ort.capi.onnxruntime_pybind11_state.Fail, ValueError) as error:
@@ -210,6 +179,64 @@ class FusionAwareCostModel(OperatorCostModel):
         return float(sum(0.0 if fused_into_conv(node) else self.node_cost(node, opsets) for node in model.graph))
 
 
+class RegionCostModel(OperatorCostModel):
+    """Regions (:mod:`.regions`: an operator and the elementwise chain ORT fuses into it) timed as ORT
+    subgraphs with every optimisation on, summed; each region timed once per structural key, on disk.
+
+    Where the plain sum charges Conv, Add and Relu apart, this times them as ORT runs them (one
+    FusedConv), so a rewrite that breaks a fusion, or makes one, moves the estimate the way it moves
+    the measured latency. One-operator regions share the plain sum's cache.
+    """
+
+    name = "region"
+
+    def graph_cost(self, model: ir.Model) -> float:
+        opsets = dict(model.graph.opset_imports)
+        total = 0.0
+        for region in regions.partition(model):
+            if len(region) == 1:
+                total += self.node_cost(region[0], opsets)
+            else:
+                total += self.cached_cost(regions.region_key(region), region, opsets)
+        return float(total)
+
+
+class ContextCostModel(OperatorCostModel):
+    """A graph's cost = its parent's cost + what ORT_ENABLE_ALL takes more or less for the rewritten
+    region in context (:func:`regions.changed_region`: the changed nodes and their neighbourhood, timed
+    before and after as subgraphs, each timing cached by structural key); a graph no rule made (the
+    search's start) is timed whole.
+
+    Both subgraphs share their boundary, so what ORT adds there (NCHWc reorders, copies) cancels, and
+    fusions, layouts and Split copies inside are timed as ORT runs them. Errors add up along a path of
+    rewrites; each step's error is that of two short timings.
+    """
+
+    name = "context"
+    _GRAPH_COST = "rlcompile.cost.context"
+
+    def graph_cost(self, model: ir.Model) -> float:
+        known = model.graph.meta.get(self._GRAPH_COST)
+        if known is not None and known[0] == id(model.graph):  # a clone carries its source's entry
+            return known[1]
+        parent = onnx_graph.parent(model)
+        if parent is None:
+            cost = self.whole_graph(model)
+        else:
+            before, after = regions.changed_region(parent, model)
+            cost = self.graph_cost(parent) + self.subgraph_cost(after, model) - self.subgraph_cost(before, parent)
+        model.graph.meta[self._GRAPH_COST] = (id(model.graph), cost)
+        return cost
+
+    def subgraph_cost(self, nodes: Sequence[ir.Node], model: ir.Model) -> float:
+        return self.cached_cost(regions.region_key(nodes), nodes, dict(model.graph.opset_imports)) if nodes else 0.0
+
+    def whole_graph(self, model: ir.Model) -> float:
+        key = f"graph:{onnx_graph.graph_hash(model.graph)}"
+        return self.cached_cost(key, [node for node in model.graph if node.op_type != "Constant"],
+                                dict(model.graph.opset_imports))  # fmt: skip
+
+
 class MeasuredCostModel(CostModel):
     """The whole graph timed in ONNX Runtime (ORT_ENABLE_ALL): exact here, about a second per graph."""
 
@@ -231,16 +258,21 @@ def measure_graph(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads:
     return measure_latency(lambda: session.run(None, feeds), timing).median_ms
 
 
-COST_MODELS = ("sum", "fused", "measured")
+COST_MODELS = ("sum", "fused", "region", "context", "measured")
 
 
 def create(name: str, feeds: dict[str, np.ndarray] | None = None) -> CostModel:
-    """``sum`` (per-operator, cached), ``fused`` (the same, ORT's Conv+activation fusion free) or
-    ``measured`` (whole graph; needs ``feeds``)."""
+    """``sum`` (per-operator, cached), ``fused`` (the same, ORT's Conv+activation fusion free), ``region``
+    (ORT's fusion units timed as subgraphs, cached), ``context`` (the parent's cost plus the rewritten
+    region timed in context) or ``measured`` (whole graph; needs ``feeds``)."""
     if name == "sum":
         return OperatorCostModel()
     if name == "fused":
         return FusionAwareCostModel()
+    if name == "region":
+        return RegionCostModel()
+    if name == "context":
+        return ContextCostModel()
     if name == "measured" and feeds is not None:
         return MeasuredCostModel(feeds)
     raise RlcompileError(f"unknown cost model {name!r}; choose from {', '.join(COST_MODELS)}")

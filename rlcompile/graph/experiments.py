@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import statistics
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx_ir as ir
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile.graph.api import GraphRequest, optimize_graph, time_side_by_side
+from rlcompile.graph import cost, onnx_graph, rules, search
+from rlcompile.graph.api import CLEANUP_RULES, GraphRequest, optimize_graph, replayed, search_rules, time_side_by_side
+from rlcompile.graph.search import SearchBudget
 from rlcompile.measure import DEFAULT
 from rlcompile.models import load_model
 
@@ -151,3 +155,77 @@ def plot(rows: list[dict], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def study_graphs(model, cost_names: Sequence[str], agents: Sequence[str], max_steps: int, time_limit_s: float,
+                 per_path: int, console: Console) -> tuple[ir.Model, dict[str, tuple[str, ir.Model]]]:  # fmt: skip
+    """The cleaned start graph and the graphs the searches pass through: for every (cost model, agent),
+    up to ``per_path`` graphs along the path to its answer (its answer included), deduplicated."""
+    start, _ = search.apply_exhaustively(onnx_graph.from_proto(model.proto), rules.all_rules(list(CLEANUP_RULES)))
+    rule_set = search_rules(GraphRequest())
+    graphs: dict[str, tuple[str, ir.Model]] = {}
+    for cost_name in cost_names:
+        cost_model = cost.create(cost_name)
+        for agent in agents:
+            searcher = search.create(agent, budget=SearchBudget(max_steps, time_limit_s))
+            result = searcher.search(start, rule_set, cost_model)
+            cost_model.save()
+            path = list(replayed(start, result.rewrites, rule_set))
+            picks = sorted({round(i * (len(path) - 1) / max(1, per_path - 1)) for i in range(per_path)}) if path else []
+            for index in picks:
+                key = onnx_graph.graph_hash(path[index].graph)
+                graphs.setdefault(key, (f"{cost_name}/{agent} step {index + 1}/{len(path)}", path[index]))
+            console.log(f"{model.name}: {agent} on {cost_name}: {len(path)} rewrites, "
+                        f"est {result.initial_cost_ms:.3f} -> {result.final_cost_ms:.3f} ms")  # fmt: skip
+    graphs.pop(onnx_graph.graph_hash(start.graph), None)
+    return start, graphs
+
+
+def cost_study(model_name: str, cost_names: Sequence[str] = ("sum", "fused", "region"),
+               agents: Sequence[str] = ("greedy", "taso"), max_steps: int = 20, time_limit_s: float = 60.0,
+               per_path: int = 4, rounds: int = 5, timing=DEFAULT, console: Console | None = None) -> dict:  # fmt: skip
+    """How well each cost model predicts ORT_ENABLE_ALL *within* one model, on the graphs searches visit.
+
+    The start graph, a twin session of it (the noise) and every visited graph are timed alternately;
+    then each cost model (and ``measured``, a second whole-graph timing, as the ceiling) estimates every
+    graph. Reported per cost model: direction agreement with the measured change against the start graph
+    (over graphs whose measured change exceeds the noise), rank correlation over all graphs, and the
+    time per evaluation with its cache warm.
+    """
+    console = console or Console()
+    model = load_model(model_name)
+    feeds = model.random_inputs(0)
+    start, graphs = study_graphs(model, cost_names, agents, max_steps, time_limit_s, per_path, console)
+    labels = list(graphs)
+    console.log(f"{model_name}: timing the start graph, its twin and {len(labels)} visited graphs, {rounds} rounds")
+    protos = [onnx_graph.to_proto(start), onnx_graph.to_proto(start)]
+    protos += [onnx_graph.to_proto(graphs[key][1]) for key in labels]
+    measured = [stats.median_ms for stats in time_side_by_side(protos, feeds, timing, rounds)]
+    base, noise = measured[0], abs(measured[1] / measured[0] - 1)
+    rows = [{"graph": graphs[key][0], "measured_ms": ms, "ratio": ms / base} for key, ms in zip(labels, measured[2:],
+                                                                                            strict=True)]  # fmt: skip
+    verdicts = {}
+    for cost_name in [*cost_names, "measured"]:
+        cost_model = cost.create(cost_name, feeds)
+        start_cost = cost_model.graph_cost(start)
+        estimates = [cost_model.graph_cost(graphs[key][1]) for key in labels]
+        began = time.perf_counter()
+        for key in labels[:5]:
+            cost_model.graph_cost(graphs[key][1])
+        per_eval = (time.perf_counter() - began) / max(1, min(5, len(labels)))
+        cost_model.save()
+        for row, estimate in zip(rows, estimates, strict=True):
+            row[f"est_{cost_name}"] = estimate / start_cost
+        verdicts[cost_name] = agreement_summary(estimates, start_cost, [r["measured_ms"] for r in rows], base, noise)
+        verdicts[cost_name]["seconds_per_evaluation"] = per_eval
+    return {"model": model_name, "start_ms": base, "noise": noise, "graphs": rows, "cost_models": verdicts}
+
+
+def agreement_summary(estimates: list[float], start_estimate: float, measured: list[float], start_ms: float,
+                      noise: float) -> dict:  # fmt: skip
+    """Direction agreement (graphs measured beyond the noise) and rank correlation of estimate vs measurement."""
+    decided = [(e < start_estimate) == (m < start_ms) for e, m in zip(estimates, measured, strict=True)
+               if abs(m / start_ms - 1) > noise]  # fmt: skip
+    estimates_all, measured_all = [start_estimate, *estimates], [start_ms, *measured]
+    spearman = float(np.corrcoef(ranks(estimates_all), ranks(measured_all))[0, 1]) if len(estimates) > 1 else None
+    return {"agree": sum(decided), "decided": len(decided), "graphs": len(estimates), "spearman": spearman}

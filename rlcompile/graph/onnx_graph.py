@@ -19,6 +19,7 @@ import onnx_ir as ir
 _NAME_COUNTER = "rlcompile.names"
 _FINGERPRINT = "rlcompile.fingerprint"
 _ARRAY = "rlcompile.array"
+_PARENT = "rlcompile.parent"
 
 
 def from_proto(proto: onnx.ModelProto) -> ir.Model:
@@ -45,6 +46,18 @@ def clone(model: ir.Model) -> ir.Model:
         producer_name=model.producer_name,
         producer_version=model.producer_version,
     )
+
+
+def set_parent(model: ir.Model, parent: ir.Model) -> None:
+    """Record that ``model`` is ``parent`` after one rewrite (what a context cost model diffs against)."""
+    model.graph.meta[_PARENT] = parent
+
+
+def parent(model: ir.Model) -> ir.Model | None:
+    """The graph ``model`` was rewritten from, if a rule made it. Node names identify nodes across the
+    two: rules keep the names of nodes they leave alone and give new nodes fresh ones, and a clone of
+    the child still differs from that parent by the same names."""
+    return model.graph.meta.get(_PARENT)
 
 
 def nodes_by_name(graph: ir.Graph) -> dict[str, ir.Node]:

@@ -20,19 +20,33 @@ from rlcompile.models.onnx_model import (
     parse_input_shapes,
     read_onnx,
 )
+from rlcompile.models.packaged import PACKAGED, packaged_path
 from rlcompile.models.zoo import ZOO, export_path, get_entry
 
-__all__ = ["ZOO", "LoadedModel", "TensorSpec", "load_model", "parse_input_shapes"]
+__all__ = ["PACKAGED", "ZOO", "LoadedModel", "TensorSpec", "load_model", "parse_input_shapes"]
 
 
 def load_model(spec: str, input_shapes: Mapping[str, Shape] | None = None) -> LoadedModel:
-    """Load a zoo model by name or an ONNX file by path, with static input shapes."""
+    """Load a zoo model or a packaged model (:mod:`.packaged`) by name or an ONNX file by path, with static
+    input shapes."""
     if spec in ZOO:
         return load_zoo_model(spec, input_shapes or {})
+    if spec in PACKAGED:
+        return load_packaged_model(spec, input_shapes)
     path = Path(spec)
     if path.suffix.lower() != ".onnx" and not path.exists():
-        raise ModelError(f"unknown model {spec!r}: not a zoo model ({', '.join(ZOO)}) and no such file")
+        raise ModelError(f"unknown model {spec!r}: not a zoo model ({', '.join(ZOO)}), not a packaged model "
+                         f"({', '.join(PACKAGED)}) and no such file")  # fmt: skip
     return load_onnx_file(path, input_shapes)
+
+
+def load_packaged_model(name: str, input_shapes: Mapping[str, Shape] | None) -> LoadedModel:
+    """A model shipped in a wheel, with its default input shape unless the user gives one."""
+    entry = PACKAGED[name]
+    model = load_onnx_file(packaged_path(name), input_shapes or {entry.input_name: entry.shape})
+    model.name = name
+    model.notes.insert(0, entry.description)
+    return model
 
 
 def load_zoo_model(name: str, input_shapes: Mapping[str, Shape]) -> LoadedModel:

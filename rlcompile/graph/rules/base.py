@@ -49,9 +49,10 @@ class Rule(ABC):
         """Rewrite ``model`` in place at ``location``; raise :class:`RuleError` if it does not match."""
 
     def apply(self, model: ir.Model, location: Location) -> ir.Model:
-        """A rewritten copy of ``model``; ``model`` itself is left intact."""
+        """A rewritten copy of ``model``, which it remembers as its parent; ``model`` itself is left intact."""
         rewritten = onnx_graph.clone(model)
         self.rewrite(rewritten, location)
+        onnx_graph.set_parent(rewritten, model)
         return rewritten
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ reorders at the layer's boundary), which is how ORT_ENABLE_ALL runs convolutions
 from __future__ import annotations
 
 from rlcompile.backends.ort import create_session, session_options
-from rlcompile.graph.cost import single_operator_model
+from rlcompile.graph.cost import subgraph_with_feeds
 from rlcompile.layer.network import Layer
 from rlcompile.layer.primitives.base import THREADS, Kernel, Primitive
 
@@ -21,7 +21,7 @@ class OrtLayer(Primitive):
         return True
 
     def prepare(self, layer: Layer) -> Kernel:
-        proto, _ = single_operator_model(layer.node, layer.opsets)
+        proto, _ = subgraph_with_feeds([layer.node], layer.opsets)
         options = session_options(self.opt_level, THREADS["count"])
         # One session per layer: idle sessions must not spin on the cores the next layer needs.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
