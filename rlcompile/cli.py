@@ -26,6 +26,10 @@ stdout = Console(width=None if sys.stdout.isatty() else 160, soft_wrap=True)
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160, soft_wrap=True)
 
 
+#: rlcompile.graph.cost.COST_MODELS (not imported: the CLI loads no ONNX Runtime to parse arguments)
+GRAPH_COSTS = ["sum", "fused", "region", "context", "measured"]
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False) -> None:
     if saved_too:
         parser.add_argument("model", nargs="+", help="zoo model name or .onnx file; or one or more saved results "
@@ -266,6 +270,36 @@ def command_graph(args: argparse.Namespace) -> int:
         stdout.print(f"wrote {args.output}" + ("" if run.kept else " (the original graph: the rewrite was not faster)"))
     write_json(args.json, run.to_dict())
     return 0 if run.agreement.within() else 1
+
+
+def command_graph_train(args: argparse.Namespace) -> int:
+    """Train one PPO policy on several graphs, for ``graph MODEL --agent ppo --load`` on graphs it never saw."""
+    from rlcompile.graph.api import GraphRequest, train_policy
+    from rlcompile.models import load_model
+
+    names = [name for name in args.models.split(",") if name]
+    if not names:
+        raise RlcompileError("graph-train needs --models: zoo names, packaged names or .onnx files, comma-separated")
+    request = GraphRequest(
+        agent="ppo", max_steps=args.steps, time_limit_s=args.time_limit, cost=args.cost, clean=not args.no_clean,
+        rule_ids=args.rules.split(",") if args.rules else None, seed=args.seed, train_episodes=args.train_episodes,
+        checkpoint=args.checkpoint, timing=None,
+    )  # fmt: skip
+    request.validate()
+    models = []
+    for name in names:
+        with stderr.status(f"loading {name}"):
+            models.append(load_model(name))
+
+    def on_update(episodes: int, best_ms: float, env_steps: int) -> None:
+        log(f"ppo: {episodes} episodes, {env_steps} rewrites tried")
+
+    stats = train_policy(models, request, progress=log, on_update=on_update)
+    stdout.print(f"wrote {args.checkpoint}: PPO trained on {', '.join(stats['models'])} ({stats['cost']} cost), "
+                 f"{stats['train_episodes']} episodes, {stats['train_env_steps']} rewrites, "
+                 f"{stats['train_seconds']:.0f} s")  # fmt: skip
+    write_json(args.json, stats)
+    return 0
 
 
 def command_select(args: argparse.Namespace) -> int:
@@ -514,15 +548,32 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument(
         "--cost",
         default="sum",
-        choices=["sum", "fused", "measured"],
+        choices=GRAPH_COSTS,
         help="sum of cached per-operator ORT times (default); fused: the same with ORT's Conv+activation "
-        "fusion counted as free; measured: the whole graph timed",
+        "fusion counted as free; region: ORT's fusion units timed as subgraphs; context: the parent graph's "
+        "cost plus the rewritten region and its neighbourhood timed before and after; measured: the whole "
+        "graph timed",
     )
     graph.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
     graph.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
     graph.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads when timing (default: all)")
     add_measure_arguments(graph)
     graph.set_defaults(handler=command_graph)
+
+    graph_train = commands.add_parser(
+        "graph-train", help="train one PPO policy on several graphs, for `graph --agent ppo --load` on new ones"
+    )
+    graph_train.add_argument("--models", required=True, help="comma-separated zoo names, packaged names or .onnx files")
+    graph_train.add_argument("--checkpoint", type=Path, required=True, help="write the trained policy here")
+    graph_train.add_argument("--train-episodes", type=int, default=None, help="episodes at most (default 500)")
+    graph_train.add_argument("--time-limit", type=float, default=600.0, help="training seconds at most (default 600)")
+    graph_train.add_argument("--steps", type=int, default=50, help="rewrites per episode (default 50)")
+    graph_train.add_argument("--cost", default="sum", choices=GRAPH_COSTS[:-1], help="cost model (default sum)")
+    graph_train.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
+    graph_train.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
+    graph_train.add_argument("--seed", type=int, default=0, help="seed of the training (default 0)")
+    graph_train.add_argument("--json", type=Path, default=None, help="write the training statistics here")
+    graph_train.set_defaults(handler=command_graph_train)
 
     select = commands.add_parser("select", help="choose the library that runs each layer (layer level, QS-DNN)")
     add_model_arguments(select)

@@ -176,10 +176,7 @@ def optimize_graph(
     feeds = model.random_inputs(request.seed)
     original = onnx_graph.from_proto(model.proto)
     cost_model = cost.create(request.cost, feeds)
-    working, cleanup = original, []
-    if request.clean:
-        working, cleanup = search.apply_exhaustively(original, rules.all_rules(list(CLEANUP_RULES)))
-        progress(f"cleaned: {len(cleanup)} fusions, {len(original.graph)} -> {len(working.graph)} nodes")
+    working, cleanup = start_graph(original, request, progress)
     searcher = search.create(
         request.agent, budget=SearchBudget(request.max_steps, request.time_limit_s), **agent_options(request)
     )
@@ -205,6 +202,46 @@ def optimize_graph(
     return GraphRun(model.name, request.agent, cleanup, result, kept, agreement, original_ms, optimized_ms, proto,
                     len(original.graph), nodes_after, getattr(cost_model, "measured", 0),
                     cost_model.graph_cost(original), verdict)  # fmt: skip
+
+
+def start_graph(original: ir.Model, request: GraphRequest,
+                progress: Progress = lambda message: None) -> tuple[ir.Model, list[Rewrite]]:  # fmt: skip
+    """The graph the search starts from: ``original`` with the fusions of :data:`CLEANUP_RULES` applied
+    everywhere (unless ``request.clean`` is off), and those fusions."""
+    if not request.clean:
+        return original, []
+    working, cleanup = search.apply_exhaustively(original, rules.all_rules(list(CLEANUP_RULES)))
+    progress(f"cleaned: {len(cleanup)} fusions, {len(original.graph)} -> {len(working.graph)} nodes")
+    return working, cleanup
+
+
+def train_policy(models: Sequence[LoadedModel], request: GraphRequest, progress: Progress = lambda message: None,
+                 on_update: search.base.ProgressCallback | None = None) -> dict:  # fmt: skip
+    """``rlcompile graph-train``: one PPO policy trained on several graphs (one per episode, drawn at
+    random) and saved to ``request.checkpoint``, for ``graph MODEL --agent ppo --load`` on graphs it never
+    saw. Training resumes from ``CHECKPOINT.training`` when a run was interrupted."""
+    from rlcompile.graph.agents import ppo
+    from rlcompile.graph.env import GraphEnv, GraphSetEnv
+
+    request.validate()
+    if request.checkpoint is None:
+        raise RlcompileError("graph-train needs --checkpoint FILE: where the trained policy goes")
+    if request.cost == "measured":
+        raise RlcompileError("graph-train cannot use --cost measured (it times one model's graphs); "
+                             f"choose from {', '.join(c for c in cost.COST_MODELS if c != 'measured')}")  # fmt: skip
+    config = ppo.PPOConfig(**episodes_option("train_episodes", request))
+    cost_model, rule_set, envs = cost.create(request.cost), search_rules(request), []
+    for model in models:
+        graph, _ = start_graph(onnx_graph.from_proto(model.proto), request)
+        envs.append(GraphEnv(graph, rule_set, cost_model, max_steps=min(config.episode_steps, request.max_steps)))
+        progress(f"{model.name}: {len(graph.graph)} nodes, est. {envs[-1].initial_cost:.3f} ms ({cost_model.name})")
+    names = [model.name for model in models]
+    progress(f"training PPO on {len(models)} graphs for {request.time_limit_s:.0f} s at most")
+    policy, stats = ppo.train(GraphSetEnv(envs, request.seed), config, request.seed, request.time_limit_s, on_update,
+                              ppo.training_state_path(request.checkpoint), scope=",".join(names))  # fmt: skip
+    ppo.save_checkpoint(request.checkpoint, policy, config, [rule.id for rule in rule_set])
+    cost_model.save()
+    return {k: v for k, v in stats.items() if k != "episode_returns"} | {"models": names, "cost": cost_model.name}
 
 
 def agent_options(request: GraphRequest) -> dict:

@@ -148,3 +148,36 @@ class GraphEnv(gym.Env):
 
     def _info(self, rewrite: str | None = None) -> dict:
         return {"cost_ms": self.cost, "initial_cost_ms": self.initial_cost, "steps": self.steps, "rewrite": rewrite}
+
+
+class GraphSetEnv(gym.Env):
+    """Several graphs behind one environment: each episode rewrites one of them, drawn at random.
+
+    What a policy meant for graphs it has never seen trains on (``rlcompile graph-train``). Every graph
+    has its own :class:`GraphEnv` with the same rules; rewards are fractions of each graph's own initial
+    cost, so graphs of any size weigh alike. Everything but ``reset`` goes to the current graph's env.
+    """
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, envs: Sequence[GraphEnv], seed: int = 0) -> None:
+        if not envs or len({tuple(rule.id for rule in env.rules) for env in envs}) != 1:
+            raise ValueError("GraphSetEnv needs at least one graph, and every graph with the same rules")
+        self.envs = list(envs)
+        self.active = self.envs[0]
+        self.rng = np.random.default_rng(seed)
+        self.action_space, self.observation_space = self.active.action_space, self.active.observation_space
+
+    def __getattr__(self, name: str):
+        if name in ("envs", "active"):  # not set yet: no recursion while unpickling or initialising
+            raise AttributeError(name)
+        return getattr(self.active, name)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.active = self.envs[int(self.rng.integers(len(self.envs)))]
+        return self.active.reset()
+
+    def step(self, action):
+        return self.active.step(action)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import statistics
-import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from rlcompile.graph import cost, onnx_graph, rules, search
-from rlcompile.graph.api import CLEANUP_RULES, GraphRequest, optimize_graph, replayed, search_rules, time_side_by_side
+from rlcompile.graph.api import (
+    CLEANUP_RULES,
+    GraphRequest,
+    optimize_graph,
+    replayed,
+    search_rules,
+    time_side_by_side,
+    train_policy,
+)
 from rlcompile.graph.search import SearchBudget
 from rlcompile.measure import DEFAULT
 from rlcompile.models import load_model
@@ -157,13 +165,20 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
+#: graph hash -> (label, graph)
+Visited = dict[str, tuple[str, ir.Model]]
+
+
 def study_graphs(model, cost_names: Sequence[str], agents: Sequence[str], max_steps: int, time_limit_s: float,
-                 per_path: int, console: Console) -> tuple[ir.Model, dict[str, tuple[str, ir.Model]]]:  # fmt: skip
-    """The cleaned start graph and the graphs the searches pass through: for every (cost model, agent),
-    up to ``per_path`` graphs along the path to its answer (its answer included), deduplicated."""
+                 per_path: int, console: Console) -> tuple[ir.Model, Visited, list[dict]]:  # fmt: skip
+    """The cleaned start graph, the graphs the searches pass through (for every (cost model, agent), up to
+    ``per_path`` graphs along the path to its answer, its answer included), ``per_path`` one-rewrite
+    successors of the start spread over the candidate list (rewrites a search may reject), all
+    deduplicated by hash, and each search's summary (its answer's hash, estimate, time, graphs evaluated)."""
     start, _ = search.apply_exhaustively(onnx_graph.from_proto(model.proto), rules.all_rules(list(CLEANUP_RULES)))
     rule_set = search_rules(GraphRequest())
-    graphs: dict[str, tuple[str, ir.Model]] = {}
+    graphs: Visited = {}
+    searches = []
     for cost_name in cost_names:
         cost_model = cost.create(cost_name)
         for agent in agents:
@@ -175,10 +190,19 @@ def study_graphs(model, cost_names: Sequence[str], agents: Sequence[str], max_st
             for index in picks:
                 key = onnx_graph.graph_hash(path[index].graph)
                 graphs.setdefault(key, (f"{cost_name}/{agent} step {index + 1}/{len(path)}", path[index]))
-            console.log(f"{model.name}: {agent} on {cost_name}: {len(path)} rewrites, "
-                        f"est {result.initial_cost_ms:.3f} -> {result.final_cost_ms:.3f} ms")  # fmt: skip
+            final = onnx_graph.graph_hash(path[-1].graph) if path else None
+            searches.append({"cost": cost_name, "agent": agent, "rewrites": len(path), "answer": final,
+                             "estimated_ratio": result.final_cost_ms / result.initial_cost_ms,
+                             "search_seconds": result.search_seconds, "graphs_evaluated": result.graphs_evaluated,
+                             "rules": dict(Counter(r.rule for r in result.rewrites))})  # fmt: skip
+            console.log(f"{model.name}: {agent} on {cost_name}: {len(path)} rewrites, est {result.initial_cost_ms:.3f}"
+                        f" -> {result.final_cost_ms:.3f} ms, {result.search_seconds:.1f} s")  # fmt: skip
+    successors = search.base.candidates(start, rule_set)
+    for candidate in successors[:: max(1, -(-len(successors) // per_path))]:  # every rule's kind, not only the best
+        child = candidate.apply(start)
+        graphs.setdefault(onnx_graph.graph_hash(child.graph), (f"one rewrite: {candidate.rule.id}", child))
     graphs.pop(onnx_graph.graph_hash(start.graph), None)
-    return start, graphs
+    return start, graphs, searches
 
 
 def cost_study(model_name: str, cost_names: Sequence[str] = ("sum", "fused", "region"),
@@ -195,7 +219,7 @@ def cost_study(model_name: str, cost_names: Sequence[str] = ("sum", "fused", "re
     console = console or Console()
     model = load_model(model_name)
     feeds = model.random_inputs(0)
-    start, graphs = study_graphs(model, cost_names, agents, max_steps, time_limit_s, per_path, console)
+    start, graphs, searches = study_graphs(model, cost_names, agents, max_steps, time_limit_s, per_path, console)
     labels = list(graphs)
     console.log(f"{model_name}: timing the start graph, its twin and {len(labels)} visited graphs, {rounds} rounds")
     protos = [onnx_graph.to_proto(start), onnx_graph.to_proto(start)]
@@ -204,21 +228,33 @@ def cost_study(model_name: str, cost_names: Sequence[str] = ("sum", "fused", "re
     base, noise = measured[0], abs(measured[1] / measured[0] - 1)
     rows = [{"graph": graphs[key][0], "measured_ms": ms, "ratio": ms / base} for key, ms in zip(labels, measured[2:],
                                                                                             strict=True)]  # fmt: skip
+    for entry in searches:  # what each search's answer measured: the cost model's effect on the search
+        answer = entry.pop("answer")
+        entry["measured_ratio"] = rows[labels.index(answer)]["ratio"] if answer in labels else 1.0
     verdicts = {}
     for cost_name in [*cost_names, "measured"]:
         cost_model = cost.create(cost_name, feeds)
         start_cost = cost_model.graph_cost(start)
         estimates = [cost_model.graph_cost(graphs[key][1]) for key in labels]
-        began = time.perf_counter()
-        for key in labels[:5]:
-            cost_model.graph_cost(graphs[key][1])
-        per_eval = (time.perf_counter() - began) / max(1, min(5, len(labels)))
         cost_model.save()
         for row, estimate in zip(rows, estimates, strict=True):
             row[f"est_{cost_name}"] = estimate / start_cost
         verdicts[cost_name] = agreement_summary(estimates, start_cost, [r["measured_ms"] for r in rows], base, noise)
-        verdicts[cost_name]["seconds_per_evaluation"] = per_eval
-    return {"model": model_name, "start_ms": base, "noise": noise, "graphs": rows, "cost_models": verdicts}
+        own = [e for e in searches if e["cost"] == cost_name]
+        verdicts[cost_name] |= {
+            "seconds_per_evaluation": sum(e["search_seconds"] for e in own) / max(1, sum(e["graphs_evaluated"]
+                                                                                        for e in own)),
+            "answers": answers_summary(own, noise),
+        }  # fmt: skip
+    return {"model": model_name, "start_ms": base, "noise": noise, "graphs": rows, "searches": searches,
+            "cost_models": verdicts}  # fmt: skip
+
+
+def answers_summary(searches: list[dict], noise: float) -> dict:
+    """Over the searches that rewrote something: how many answers measured faster, slower or within the noise."""
+    taken = [e for e in searches if e["rewrites"]]
+    return {"rewrote": len(taken), "faster": sum(e["measured_ratio"] < 1 - noise for e in taken),
+            "slower": sum(e["measured_ratio"] > 1 + noise for e in taken)}  # fmt: skip
 
 
 def agreement_summary(estimates: list[float], start_estimate: float, measured: list[float], start_ms: float,
@@ -229,3 +265,39 @@ def agreement_summary(estimates: list[float], start_estimate: float, measured: l
     estimates_all, measured_all = [start_estimate, *estimates], [start_ms, *measured]
     spearman = float(np.corrcoef(ranks(estimates_all), ranks(measured_all))[0, 1]) if len(estimates) > 1 else None
     return {"agree": sum(decided), "decided": len(decided), "graphs": len(estimates), "spearman": spearman}
+
+
+def transfer_study(models: Sequence[str], held_out: str, out: Path, train_seconds: float, cost_name: str,
+                   steps: int, taso_seconds: float, timing=DEFAULT, rounds: int = 5,
+                   console: Console | None = None) -> dict:  # fmt: skip
+    """Leave one model out: PPO trained on the others (``graph-train``), applied to ``held_out`` in one
+    greedy rollout, against TASO searching ``held_out`` itself; the original, both answers and a twin
+    of the original timed alternately in ORT_ENABLE_ALL. The policy is kept in ``out`` and reused."""
+    console = console or Console()
+    checkpoint = out / "policies" / f"without-{held_out}.pt"
+    trained_on = [name for name in models if name != held_out]
+    request = GraphRequest(agent="ppo", cost=cost_name, max_steps=steps, time_limit_s=train_seconds,
+                           checkpoint=checkpoint, timing=None)  # fmt: skip
+    stats = {}
+    if not checkpoint.exists():
+        stats = train_policy([load_model(name) for name in trained_on], request,
+                             progress=lambda message: console.log(f"without {held_out}: {message}"))  # fmt: skip
+    model = load_model(held_out)
+    log = lambda message: console.log(f"{held_out}: {message}")  # noqa: E731
+    applied = optimize_graph(model, replace(request, load=checkpoint, checkpoint=None), progress=log)
+    taso = optimize_graph(model, GraphRequest(agent="taso", cost=cost_name, max_steps=steps, time_limit_s=taso_seconds,
+                                              timing=None), progress=log)  # fmt: skip
+    log(f"timing the original, the policy's graph, TASO's and a twin of the original, {rounds} rounds")
+    protos = [model.proto, applied.proto, taso.proto, model.proto]
+    original, policy_ms, taso_ms, twin = time_side_by_side(protos, model.random_inputs(0), timing, rounds)
+
+    def answer(run, measured) -> dict:
+        search = run.result
+        return {"rewrites": run.kept_rewrites, "estimated_ratio": search.final_cost_ms / search.initial_cost_ms,
+                "measured_ratio": measured.median_ms / original.median_ms, "seconds": search.search_seconds,
+                "rules": dict(Counter(r.rule for r in search.rewrites[: run.kept_rewrites]))}  # fmt: skip
+
+    return {"model": held_out, "trained_on": trained_on, "cost": cost_name, "training": stats,
+            "original_ms": original.median_ms, "noise": abs(twin.median_ms / original.median_ms - 1),
+            "policy": answer(applied, policy_ms) | {"inference_seconds": applied.result.extra["inference_seconds"]},
+            "taso": answer(taso, taso_ms)}  # fmt: skip

@@ -43,3 +43,41 @@ def test_graph_bad_options_exit_2(args, message, capsys) -> None:
     assert main(["graph", "lenet5", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_graph_train_on_two_graphs_then_the_policy_rewrites_a_third_without_training(capsys, tmp_path: Path) -> None:
+    from tests.graph.test_search import inception_block
+
+    files = []
+    for name, proto in (("a", inception_block()), ("b", inception_block()), ("c", inception_block())):
+        files.append(tmp_path / f"{name}.onnx")
+        onnx.save(proto, str(files[-1]))
+    checkpoint = tmp_path / "agent.pt"
+    code = main(["graph-train", "--models", f"{files[0]},{files[1]}", "--checkpoint", str(checkpoint),
+                 "--train-episodes", "4", "--steps", "3", "--json", str(tmp_path / "train.json")])  # fmt: skip
+    assert code == 0 and checkpoint.exists()
+    assert "PPO trained on a, b" in capsys.readouterr().out
+    assert json.loads((tmp_path / "train.json").read_text())["train_episodes"] >= 4
+    code = main(["graph", str(files[2]), "--agent", "ppo", "--load", str(checkpoint), "--steps", "3", "--quick",
+                 "--json", str(tmp_path / "apply.json")])  # fmt: skip
+    assert code == 0
+    search = json.loads((tmp_path / "apply.json").read_text())["search"]
+    assert search["train_episodes"] == 0 and search["loaded"] == str(checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--cost", "measured"], "cannot use --cost measured"), (["--models", ","], "graph-train needs --models")],
+)
+def test_graph_train_bad_options_exit_2(args, message, capsys, tmp_path: Path) -> None:
+    base = ["graph-train", "--models", "lenet5", "--checkpoint", str(tmp_path / "a.pt")]
+    assert main([*base, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_cli_offers_every_graph_cost_model() -> None:
+    from rlcompile.cli import GRAPH_COSTS
+    from rlcompile.graph.cost import COST_MODELS
+
+    assert list(COST_MODELS) == GRAPH_COSTS

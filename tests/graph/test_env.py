@@ -69,3 +69,22 @@ def test_masked_actions_are_refused(env):
     empty_rule = int(np.flatnonzero(observation["rule_mask"][:-1] == 0)[0])
     with pytest.raises(ValueError, match="masked out"):
         env.step(np.array([empty_rule, 0]))
+
+
+def test_a_set_of_graphs_gives_each_episode_one_of_them(env):
+    from rlcompile.graph.env import GraphSetEnv
+    from tests.graph.test_cost import two_convs
+
+    other = GraphEnv(onnx_graph.from_proto(two_convs()), env.rules, env.cost_model, max_steps=3)
+    both = GraphSetEnv([env, other], seed=0)
+    seen = set()
+    for _ in range(12):
+        observation, info = both.reset()
+        seen.add(info["initial_cost_ms"])
+        assert len(observation["graph"].nodes) == len(both.model.graph) - sum(
+            node.op_type == "Constant" for node in both.model.graph
+        )
+        assert both.initial_cost == info["initial_cost_ms"] and both.no_op == len(env.rules)
+    assert seen == {env.initial_cost, other.initial_cost}
+    with pytest.raises(ValueError, match="same rules"):
+        GraphSetEnv([env, GraphEnv(other.initial_model, env.rules[:2], env.cost_model)])

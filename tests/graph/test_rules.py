@@ -126,6 +126,20 @@ def chain(op_type: str, rightward: bool, constants: bool):
     return build
 
 
+def hard_swish(swapped: bool):
+    """Paddle2ONNX's hard-swish after a Conv: x * Clip(x + 3, 0, 6) / 6 (the Mul's operands either way)."""
+
+    def build():
+        b = GraphBuilder()
+        x = b.conv(b.input("x", [1, 4, 8, 8]), 4, 8)
+        three, low, high, six = (b.const(np.array(v, np.float32)) for v in (3.0, 0.0, 6.0, 6.0))
+        clipped = b.op("Clip", [b.op("Add", [x, three]), low, high])
+        product = b.op("Mul", [clipped, x] if swapped else [x, clipped])
+        return b.model([b.op("Div", [product, six])]), {"Clip": -1, "Div": -1, "Add": -1, "HardSigmoid": 1}
+
+    return build
+
+
 CASES = {
     "fuse_conv_batchnorm": [conv_bn],
     "fuse_conv_mul": [conv_then("Mul", (8, 1, 1))],
@@ -146,6 +160,7 @@ CASES = {
     "reassociate_add_left": [chain("Add", False, False)],
     "reassociate_mul_right": [chain("Mul", True, True)],
     "reassociate_mul_left": [chain("Mul", False, False)],
+    "hardswish_as_hardsigmoid": [hard_swish(False), hard_swish(True)],
 }
 
 
@@ -203,6 +218,15 @@ def test_conditions_refuse_what_would_change_the_result():
     y2 = different_strides.conv(x, 4, 4)
     model = onnx_graph.from_proto(different_strides.model([y1, y2]))
     assert rules.create("merge_parallel_conv").locations(model) == []
+
+
+def test_hard_swish_needs_its_exact_constants():
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    three, low, high, five = (b.const(np.array(v, np.float32)) for v in (3.0, 0.0, 6.0, 5.0))
+    product = b.op("Mul", [x, b.op("Clip", [b.op("Add", [x, three]), low, high])])
+    model = onnx_graph.from_proto(b.model([b.op("Div", [product, five])]))
+    assert rules.create("hardswish_as_hardsigmoid").locations(model) == []
 
 
 def test_unknown_rule_id_is_a_clear_error():

@@ -187,14 +187,15 @@ def update(policy: nn.Module, optimizer, steps: list[Step], last_value: float, c
 
 
 def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float = float("inf"),
-          progress: ProgressCallback | None = None,
-          resume: Path | None = None) -> tuple[HierarchicalPolicy, dict]:  # fmt: skip
+          progress: ProgressCallback | None = None, resume: Path | None = None,
+          scope: str = "") -> tuple[HierarchicalPolicy, dict]:  # fmt: skip
     """PPO on the real environment; returns the policy and training statistics.
 
     ``resume``: after every update the whole training state (policy, optimiser, counters, random
     generators) is written there atomically, and a run that finds it carries on from it, so training
     killed at any moment (kill -9 included) loses at most one update's rollout. The time limit counts
-    the seconds spent before the interruption too.
+    the seconds spent before the interruption too. ``scope`` (e.g. the graphs trained on) is part of
+    what a saved state must match to be resumed.
     """
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
@@ -204,6 +205,7 @@ def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float =
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     counters = {"episodes": 0, "env_steps": 0, "best_cost": env.initial_cost, "returns": [], "seconds": 0.0}
     identity = {"rules": [rule.id for rule in env.rules], "node_features": node_features, "hidden": config.hidden}
+    identity |= {"scope": scope} if scope else {}
     resumed = load_training_state(resume, identity, policy, optimizer, generator, counters) if resume else 0
     started = time.perf_counter() - counters["seconds"]
     episodes, env_steps, best_cost, returns = (counters[k] for k in ("episodes", "env_steps", "best_cost", "returns"))

@@ -7,6 +7,7 @@ rules.all_rules()                     # every rule, in a fixed order (the action
 from __future__ import annotations
 
 from rlcompile.errors import RlcompileError
+from rlcompile.graph.rules.activation import HardSwishAsHardSigmoid
 from rlcompile.graph.rules.algebra import (
     ConvLinearity,
     ReassociateAddLeft,
@@ -52,6 +53,7 @@ RULE_CLASSES: tuple[type[Rule], ...] = (
     ReassociateAddLeft,
     ReassociateMulRight,
     ReassociateMulLeft,
+    HardSwishAsHardSigmoid,
 )
 RULE_IDS = tuple(cls.id for cls in RULE_CLASSES)
 
