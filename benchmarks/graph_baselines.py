@@ -35,6 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=50, help="graphs expanded per search")
     parser.add_argument("--time-limit", type=float, default=60.0, help="search seconds per model and agent")
     parser.add_argument("--alpha", type=float, default=1.05)
+    parser.add_argument("--cost", default="context", help="cost model the searches use (default context)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("results/graph_baselines"))
     args = parser.parse_args(argv)
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = run_grid([m for m in args.models.split(",") if m], [a for a in args.agents.split(",") if a], console,
-                    max_steps=args.steps, time_limit_s=args.time_limit, alpha=args.alpha,
+                    max_steps=args.steps, time_limit_s=args.time_limit, alpha=args.alpha, cost=args.cost,
                     timing=QUICK if args.quick else DEFAULT)  # fmt: skip
     accuracy = cost_model_accuracy(rows)
     payload = {"arguments": {k: str(v) for k, v in vars(args).items()}, "environment": environment(),

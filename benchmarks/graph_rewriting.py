@@ -41,7 +41,7 @@ from rlcompile.measure import DEFAULT, QUICK, environment
 console = Console(width=170)
 #: zoo CNNs and a transformer, and two models this project did not produce (rlcompile.models.packaged)
 COST_STUDY_MODELS = "squeezenet1_1,resnet18,googlenet,inception_v3,bert_tiny,ocr-det,ocr-rec"
-TRANSFER_MODELS = "squeezenet1_1,resnet18,googlenet,inception_v3,bert_tiny,ocr-det"
+TRANSFER_MODELS = "squeezenet1_1,resnet18,googlenet,inception_v3,bert_tiny,ocr-det,ocr-rec"
 
 
 def run_transfer_study(args: argparse.Namespace, timing) -> dict:
@@ -62,15 +62,17 @@ def transfer_table(saved: dict) -> Table:
     """One row per held-out model: the transferred policy's one rollout against TASO's search on that model."""
     result = Table(title="Held-out transfer: PPO trained on the other models, one greedy rollout on this one, vs "
                          "TASO searching it; ratios = ORT_ENABLE_ALL latency / original, alternating")  # fmt: skip
-    for column in ("held out", "noise", "PPO rewrites", "PPO est.", "PPO measured", "PPO inference s",
-                   "TASO rewrites", "TASO est.", "TASO measured", "TASO search s", "trained s"):  # fmt: skip
+    for column in ("held out", "noise", "PPO rewrites", "PPO est.", "PPO measured", "PPO returned", "PPO inference s",
+                   "TASO rewrites", "TASO est.", "TASO measured", "TASO returned", "TASO search s",
+                   "trained s"):  # fmt: skip
         result.add_column(column, justify="left" if column == "held out" else "right")
     for name, row in saved["rows"].items():
         policy, taso = row["policy"], row["taso"]
         trained = row["training"].get("train_seconds")
         result.add_row(name, f"{100 * row['noise']:.1f}%", str(policy["rewrites"]), f"{policy['estimated_ratio']:.3f}",
-                       f"{policy['measured_ratio']:.3f}", f"{policy['inference_seconds']:.2f}", str(taso["rewrites"]),
-                       f"{taso['estimated_ratio']:.3f}", f"{taso['measured_ratio']:.3f}", f"{taso['seconds']:.1f}",
+                       f"{policy['measured_ratio']:.3f}", f"{policy['returned_ratio']:.3f}",
+                       f"{policy['inference_seconds']:.2f}", str(taso["rewrites"]), f"{taso['estimated_ratio']:.3f}",
+                       f"{taso['measured_ratio']:.3f}", f"{taso['returned_ratio']:.3f}", f"{taso['seconds']:.1f}",
                        "-" if trained is None else f"{trained:.0f}")  # fmt: skip
     return result
 
@@ -123,12 +125,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--time-limit", type=float, default=300.0)
     parser.add_argument("--train-episodes", type=int, default=None, help="default: each agent's own")
     parser.add_argument("--temperatures", default="0.5,1.0,1.5,2.0")
+    parser.add_argument("--cost", default="context", help="the grid's cost model (default context)")
     parser.add_argument("--sweep-model", default="squeezenet1_1")
     parser.add_argument("--parts", default="grid,costs,transfer",
                         help="grid (agents x models), costs (cost-model study), transfer (leave one model out)")
     parser.add_argument("--transfer-models", default=TRANSFER_MODELS, help="models of the leave-one-out study")
     parser.add_argument("--held-out", default=None, help="only these held-out models (default: each in turn)")
-    parser.add_argument("--train-seconds", type=float, default=180.0, help="PPO training per held-out model")
+    parser.add_argument("--train-seconds", type=float, default=150.0, help="PPO training per held-out model")
     parser.add_argument("--transfer-cost", default="context", help="cost model of the transfer study")
     parser.add_argument("--cost-models", default=COST_STUDY_MODELS, help="models of the cost-model study")
     parser.add_argument("--costs", default="sum,fused,region,context")
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if "grid" not in parts:
         return 0
     options = {"max_steps": args.steps, "time_limit_s": args.time_limit, "train_episodes": args.train_episodes,
-               "timing": timing}  # fmt: skip
+               "timing": timing, "cost": args.cost}  # fmt: skip
     rows = run_grid([m for m in args.models.split(",") if m], [a for a in args.agents.split(",") if a], console,
                     **options)  # fmt: skip
     sweep = []

@@ -547,12 +547,11 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--alpha", type=float, default=1.05, help="taso: queue graphs costing < alpha x best")
     graph.add_argument(
         "--cost",
-        default="sum",
+        default="context",
         choices=GRAPH_COSTS,
-        help="sum of cached per-operator ORT times (default); fused: the same with ORT's Conv+activation "
-        "fusion counted as free; region: ORT's fusion units timed as subgraphs; context: the parent graph's "
-        "cost plus the rewritten region and its neighbourhood timed before and after; measured: the whole "
-        "graph timed",
+        help="context (default): the parent graph's cost plus the rewritten region and its neighbourhood timed "
+        "before and after in ORT; sum: cached per-operator ORT times; fused: the same with ORT's Conv+activation "
+        "fusion counted as free; region: ORT's fusion units timed as subgraphs; measured: the whole graph timed",
     )
     graph.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
     graph.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
@@ -568,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph_train.add_argument("--train-episodes", type=int, default=None, help="episodes at most (default 500)")
     graph_train.add_argument("--time-limit", type=float, default=600.0, help="training seconds at most (default 600)")
     graph_train.add_argument("--steps", type=int, default=50, help="rewrites per episode (default 50)")
-    graph_train.add_argument("--cost", default="sum", choices=GRAPH_COSTS[:-1], help="cost model (default sum)")
+    graph_train.add_argument("--cost", default="context", choices=GRAPH_COSTS[:-1], help="cost model (default context)")
     graph_train.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
     graph_train.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
     graph_train.add_argument("--seed", type=int, default=0, help="seed of the training (default 0)")

@@ -209,11 +209,15 @@ class ContextCostModel(OperatorCostModel):
 
     Both subgraphs share their boundary, so what ORT adds there (NCHWc reorders, copies) cancels, and
     fusions, layouts and Split copies inside are timed as ORT runs them. Errors add up along a path of
-    rewrites; each step's error is that of two short timings.
+    rewrites; each step's error is that of two short timings, and changes inside that error
+    (:attr:`dead_band`) count as none.
     """
 
     name = "context"
     _GRAPH_COST = "rlcompile.cost.context"
+    #: A region's change smaller than this share of its time is taken as none: two short timings of
+    #: one subgraph differ by about that much, and a search must not chase it.
+    dead_band = 0.03
 
     def graph_cost(self, model: ir.Model) -> float:
         known = model.graph.meta.get(self._GRAPH_COST)
@@ -224,7 +228,8 @@ class ContextCostModel(OperatorCostModel):
             cost = self.whole_graph(model)
         else:
             before, after = regions.changed_region(parent, model)
-            cost = self.graph_cost(parent) + self.subgraph_cost(after, model) - self.subgraph_cost(before, parent)
+            was, now = self.subgraph_cost(before, parent), self.subgraph_cost(after, model)
+            cost = self.graph_cost(parent) + (now - was if abs(now - was) > self.dead_band * was else 0.0)
         model.graph.meta[self._GRAPH_COST] = (id(model.graph), cost)
         return cost
 
@@ -259,6 +264,9 @@ def measure_graph(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads:
 
 
 COST_MODELS = ("sum", "fused", "region", "context", "measured")
+#: What the graph level optimises unless told otherwise: the closest to ORT_ENABLE_ALL within a model
+#: of the cheap cost models (``benchmarks/graph_rewriting.py --parts costs``; README, "Graph level").
+DEFAULT = "context"
 
 
 def create(name: str, feeds: dict[str, np.ndarray] | None = None) -> CostModel:

@@ -17,6 +17,7 @@ from rlcompile.graph import cost, onnx_graph, rules, search
 from rlcompile.graph.api import (
     CLEANUP_RULES,
     GraphRequest,
+    keeps,
     optimize_graph,
     replayed,
     search_rules,
@@ -69,13 +70,18 @@ def run_grid(models: Sequence[str], agents: Sequence[str], console: Console, rou
             runs.append(optimize_graph(
                 model, request, progress=lambda message, prefix=prefix: console.log(f"{prefix}: {message}")
             ))  # fmt: skip
-        console.log(f"{model_name}: timing the original and {len(runs)} graphs round-robin, {rounds} rounds")
+        console.log(f"{model_name}: timing the original, {len(runs)} graphs and a twin of the original round-robin, "
+                    f"{rounds} rounds")  # fmt: skip
         feeds = model.random_inputs(request_options.get("seed", 0))
-        original, *optimized = time_side_by_side([model.proto, *(run.proto for run in runs)], feeds, timing, rounds)
+        protos = [model.proto, *(run.proto for run in runs), model.proto]
+        original, *optimized, twin = time_side_by_side(protos, feeds, timing, rounds)
         for run, latency in zip(runs, optimized, strict=True):
             run.original_ms, run.optimized_ms = original, latency
             row = run.to_dict()
-            rows.append(row | {"rules_applied": dict(Counter(r["rule"] for r in row["search"]["rewrites"]))})
+            kept = keeps(original.median_ms, latency.median_ms, twin.median_ms)  # what `rlcompile graph` returns
+            rows.append(row | {"rules_applied": dict(Counter(r["rule"] for r in row["search"]["rewrites"])),
+                               "noise": abs(twin.median_ms / original.median_ms - 1), "returned_kept": kept,
+                               "returned_ratio": row["ratio_optimized_over_original"] if kept else 1.0})  # fmt: skip
             search = row["search"]
             console.log(
                 f"{model_name} {run.agent}: est {search['initial_cost_ms']:.2f} -> {search['final_cost_ms']:.2f} ms, "
@@ -89,7 +95,8 @@ def table(rows: list[dict], title: str) -> Table:
     """One row per (model, agent): rewrites, estimated and measured latency, ratio, search time."""
     result = Table(title=title)
     columns = ("model", "agent", "rewrites", "est. before ms", "est. after ms", "ORT original ms", "ORT optimised ms",
-               "optimised/original", "search s", "steps", "graphs", "max rel err", "rules applied")  # fmt: skip
+               "optimised/original", "noise", "returned/original", "search s", "steps", "graphs", "max rel err",
+               "rules applied")  # fmt: skip
     for column in columns:
         result.add_column(column, justify="left" if column in ("model", "agent", "rules applied") else "right")
     for row in rows:
@@ -97,7 +104,8 @@ def table(rows: list[dict], title: str) -> Table:
         result.add_row(
             row["model"], row["agent"], str(row["kept_rewrites"]), f"{search['initial_cost_ms']:.2f}",
             f"{search['final_cost_ms']:.2f}", f"{row['ort_original_ms']:.2f}", f"{row['ort_optimized_ms']:.2f}",
-            f"{row['ratio_optimized_over_original']:.3f}", f"{search['search_seconds']:.1f}", str(search["steps"]),
+            f"{row['ratio_optimized_over_original']:.3f}", f"{100 * row['noise']:.1f}%", f"{row['returned_ratio']:.3f}",
+            f"{search['search_seconds']:.1f}", str(search["steps"]),
             str(search["graphs_evaluated"]), f"{row['agreement']['max_rel']:.1e}",
             ", ".join(f"{rule} x{count}" for rule, count in row["rules_applied"].items()),
         )  # fmt: skip
@@ -292,9 +300,12 @@ def transfer_study(models: Sequence[str], held_out: str, out: Path, train_second
     original, policy_ms, taso_ms, twin = time_side_by_side(protos, model.random_inputs(0), timing, rounds)
 
     def answer(run, measured) -> dict:
-        search = run.result
+        """The search's graph, and what ``rlcompile graph`` returns: it if :func:`keeps` says so, else the original."""
+        search, ratio = run.result, measured.median_ms / original.median_ms
+        kept = keeps(original.median_ms, measured.median_ms, twin.median_ms)
         return {"rewrites": run.kept_rewrites, "estimated_ratio": search.final_cost_ms / search.initial_cost_ms,
-                "measured_ratio": measured.median_ms / original.median_ms, "seconds": search.search_seconds,
+                "measured_ratio": ratio, "kept": kept, "returned_ratio": ratio if kept else 1.0,
+                "seconds": search.search_seconds,
                 "rules": dict(Counter(r.rule for r in search.rewrites[: run.kept_rewrites]))}  # fmt: skip
 
     return {"model": held_out, "trained_on": trained_on, "cost": cost_name, "training": stats,

@@ -17,7 +17,7 @@ from tests.graph.test_search import inception_block
 
 def test_optimize_graph_verifies_and_times_both_graphs():
     model = loaded(inception_block(), "block")
-    run = optimize_graph(model, GraphRequest(agent="greedy", max_steps=4, timing=QUICK))
+    run = optimize_graph(model, GraphRequest(agent="greedy", max_steps=4, cost="sum", timing=QUICK))
     assert run.agreement.within() and run.kept_rewrites == len(run.result.rewrites) > 0
     assert run.original_ms.median_ms > 0 and run.optimized_ms.median_ms > 0
     assert run.verdict is not None and run.kept == run.verdict.kept

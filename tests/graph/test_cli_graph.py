@@ -16,8 +16,8 @@ from rlcompile.verify import compare_outputs
 
 def test_graph_writes_a_verified_faster_or_equal_graph(capsys, tmp_path: Path) -> None:
     output = tmp_path / "sq.onnx"
-    code = main(["graph", "squeezenet1_1", "--agent", "greedy", "--steps", "3", "--quick", "-o", str(output),
-                 "--json", str(tmp_path / "g.json")])  # fmt: skip
+    code = main(["graph", "squeezenet1_1", "--agent", "greedy", "--cost", "sum", "--steps", "3", "--quick",
+                 "-o", str(output), "--json", str(tmp_path / "g.json")])  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     assert "pull_elementwise_through_concat" in out and "agrees with the original" in out
