@@ -275,7 +275,7 @@ def command_graph(args: argparse.Namespace) -> int:
 def command_graph_train(args: argparse.Namespace) -> int:
     """Train one PPO policy on several graphs, for ``graph MODEL --agent ppo --load`` on graphs it never saw."""
     from rlcompile.graph.api import GraphRequest, train_policy
-    from rlcompile.models import load_model
+    from rlcompile.models import load_model, parse_input_shapes
 
     names = [name for name in args.models.split(",") if name]
     if not names:
@@ -289,7 +289,7 @@ def command_graph_train(args: argparse.Namespace) -> int:
     models = []
     for name in names:
         with stderr.status(f"loading {name}"):
-            models.append(load_model(name))
+            models.append(load_model(name, parse_input_shapes(args.input_shape)))
 
     def on_update(episodes: int, best_ms: float, env_steps: int) -> None:
         log(f"ppo: {episodes} episodes, {env_steps} rewrites tried")
@@ -438,7 +438,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 #: Options that name where a command writes: checked before any work starts.
-OUTPUT_OPTIONS = ("json", "output", "work_dir", "table_dir")
+OUTPUT_OPTIONS = ("json", "output", "work_dir", "table_dir", "checkpoint")
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
@@ -564,7 +564,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     graph_train.add_argument("--models", required=True, help="comma-separated zoo names, packaged names or .onnx files")
     graph_train.add_argument("--checkpoint", type=Path, required=True, help="write the trained policy here")
-    graph_train.add_argument("--train-episodes", type=int, default=None, help="episodes at most (default 500)")
+    graph_train.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                             help="fix the shape of a dynamic input, in every model that has it (repeatable)")
+    graph_train.add_argument("--train-episodes", type=int, default=None,
+                             help="episodes at most (default: train until --time-limit)")
     graph_train.add_argument("--time-limit", type=float, default=600.0, help="training seconds at most (default 600)")
     graph_train.add_argument("--steps", type=int, default=50, help="rewrites per episode (default 50)")
     graph_train.add_argument("--cost", default="context", choices=GRAPH_COSTS[:-1], help="cost model (default context)")

@@ -25,6 +25,7 @@ COMMANDS = {
     "graph": ["graph", "{model}", "--agent", "greedy", "--steps", "1", "-o", "{out}/graph.onnx"],
     "select": ["select", "{model}", "--agent", "greedy", "-o", "{out}/plan", "--table-dir", "{out}/tables"],
     "optimize": ["optimize", "{model}", "-o", "{out}/opt", "--levels", "layer"],
+    "graph-train": ["graph-train", "--models", "{model}", "--checkpoint", "{out}/agent.pt", "--train-episodes", "1"],
 }
 MODEL_COMMANDS = list(COMMANDS)
 
@@ -57,6 +58,9 @@ OPTION_CASES = [
     ("graph", ["--time-limit", "0"], "--time-limit"),
     ("graph", ["--train-episodes", "-1"], "--train-episodes"),
     ("graph", ["--agent", "alphago"], "alphago"),
+    ("graph-train", ["--steps", "0"], "--steps"),
+    ("graph-train", ["--time-limit", "0"], "--time-limit"),
+    ("graph-train", ["--cost", "measured"], "invalid choice"),
     ("select", ["--episodes", "0"], "--episodes"),
     ("select", ["--threads", "-1"], "--threads"),
     ("select", ["--agent", "oracle"], "oracle"),
@@ -77,6 +81,7 @@ UNWRITABLE = {
     "tune": ["--work-dir", "{blocker}/work"],
     "build": ["-o", "{blocker}/model.tar"],
     "graph": ["-o", "{blocker}/graph.onnx"],
+    "graph-train": ["--checkpoint", "{blocker}/agent.pt"],
     "select": ["-o", "{blocker}/plan"],
     "optimize": ["-o", "{blocker}/opt"],
 }

@@ -221,6 +221,10 @@ def start_graph(original: ir.Model, request: GraphRequest,
     return working, cleanup
 
 
+#: graph-train's episode cap when none is given: training then ends at its time limit.
+UNBOUNDED_EPISODES = 10**9
+
+
 def train_policy(models: Sequence[LoadedModel], request: GraphRequest, progress: Progress = lambda message: None,
                  on_update: search.base.ProgressCallback | None = None) -> dict:  # fmt: skip
     """``rlcompile graph-train``: one PPO policy trained on several graphs (one per episode, drawn at
@@ -235,7 +239,8 @@ def train_policy(models: Sequence[LoadedModel], request: GraphRequest, progress:
     if request.cost == "measured":
         raise RlcompileError("graph-train cannot use --cost measured (it times one model's graphs); "
                              f"choose from {', '.join(c for c in cost.COST_MODELS if c != 'measured')}")  # fmt: skip
-    config = ppo.PPOConfig(**episodes_option("train_episodes", request))
+    # time-bound unless --train-episodes: a policy that ends episodes early (NO-OP) must not end training
+    config = ppo.PPOConfig(train_episodes=request.train_episodes or UNBOUNDED_EPISODES)
     cost_model, rule_set, envs = cost.create(request.cost), search_rules(request), []
     for model in models:
         graph, _ = start_graph(onnx_graph.from_proto(model.proto), request)
