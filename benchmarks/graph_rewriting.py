@@ -18,10 +18,11 @@ graph and a twin session of it are timed alternately in ORT_ENABLE_ALL; each cos
 its direction agreement with the measured change (beyond the twin's noise), its rank correlation, its
 time per evaluated graph, and what its searches' answers measured. Models run in their own entries of
 ``cost_study.json`` (saved after each; done models are skipped on a re-run).
-The transfer study (``--parts transfer``): for each held-out model, one PPO policy trained on the
-other ``--transfer-models`` for ``--train-seconds`` (``rlcompile graph-train``; kept under
-``policies/`` and reused), applied to the held-out model in one greedy rollout, against TASO searching
-that model itself; rows in ``transfer.json``, saved after each.
+The transfer study (``--parts transfer``): for each held-out model, one policy (``--transfer-agent``
+ppo or world-model) trained on the other ``--transfer-models`` for ``--train-seconds`` (``rlcompile
+graph-train``; kept under ``policies/`` and reused), applied to the held-out model in one greedy
+rollout, against TASO searching that model itself; rows in ``transfer.json`` (world model:
+``transfer-world-model.json``), saved after each.
 ``--quick``: squeezenet1_1 with small budgets.
 """
 
@@ -46,23 +47,29 @@ TRANSFER_MODELS = "squeezenet1_1,resnet18,googlenet,inception_v3,bert_tiny,ocr-d
 
 def run_transfer_study(args: argparse.Namespace, timing) -> dict:
     """Leave-one-model-out rows, saved after each; held-out models already in the file are skipped."""
-    path = args.out / "transfer.json"
+    path = args.out / transfer_file(args.transfer_agent)
     saved = json.loads(path.read_text()) if path.exists() else {"environment": environment(), "rows": {}}
     models = [m for m in args.transfer_models.split(",") if m]
     for name in [m for m in (args.held_out or args.transfer_models).split(",") if m]:
         if name in saved["rows"]:
             continue
         saved["rows"][name] = transfer_study(models, name, args.out, args.train_seconds, args.transfer_cost,
-                                             args.steps, args.time_limit, timing, console=console)  # fmt: skip
+                                             args.steps, args.time_limit, timing, console=console,
+                                             agent=args.transfer_agent)  # fmt: skip
         path.write_text(json.dumps(saved, indent=1))
     return saved
 
 
-def transfer_table(saved: dict) -> Table:
+def transfer_file(agent: str) -> str:
+    """PPO's rows in ``transfer.json``, another agent's in ``transfer-AGENT.json``."""
+    return "transfer.json" if agent == "ppo" else f"transfer-{agent}.json"
+
+
+def transfer_table(saved: dict, agent: str) -> Table:
     """One row per held-out model: the transferred policy's one rollout against TASO's search on that model."""
-    result = Table(title="Held-out transfer: PPO trained on the other models, one greedy rollout on this one, vs "
-                         "TASO searching it; ratios = ORT_ENABLE_ALL latency / original, alternating")  # fmt: skip
-    for column in ("held out", "noise", "PPO rewrites", "PPO est.", "PPO measured", "PPO returned", "PPO inference s",
+    result = Table(title=f"Held-out transfer: {agent} trained on the other models, one greedy rollout on this one, "
+                         "vs TASO searching it; ratios = ORT_ENABLE_ALL latency / original, alternating")  # fmt: skip
+    for column in ("held out", "noise", "rewrites", "est.", "measured", "returned", "inference s",
                    "TASO rewrites", "TASO est.", "TASO measured", "TASO returned", "TASO search s",
                    "trained s"):  # fmt: skip
         result.add_column(column, justify="left" if column == "held out" else "right")
@@ -133,6 +140,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--held-out", default=None, help="only these held-out models (default: each in turn)")
     parser.add_argument("--train-seconds", type=float, default=150.0, help="PPO training per held-out model")
     parser.add_argument("--transfer-cost", default="context", help="cost model of the transfer study")
+    parser.add_argument("--transfer-agent", default="ppo", choices=["ppo", "world-model"],
+                        help="the agent trained and transferred (rows in transfer.json / transfer-AGENT.json)")
     parser.add_argument("--cost-models", default=COST_STUDY_MODELS, help="models of the cost-model study")
     parser.add_argument("--costs", default="sum,fused,region,context")
     parser.add_argument("--quick", action="store_true")
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         study = run_cost_study(args, timing)
         console.print(cost_table(study, args.costs.split(",")))
     if "transfer" in parts:
-        console.print(transfer_table(run_transfer_study(args, timing)))
+        console.print(transfer_table(run_transfer_study(args, timing), args.transfer_agent))
     if "grid" not in parts:
         return 0
     options = {"max_steps": args.steps, "time_limit_s": args.time_limit, "train_episodes": args.train_episodes,

@@ -281,7 +281,7 @@ def command_graph_train(args: argparse.Namespace) -> int:
     if not names:
         raise RlcompileError("graph-train needs --models: zoo names, packaged names or .onnx files, comma-separated")
     request = GraphRequest(
-        agent="ppo", max_steps=args.steps, time_limit_s=args.time_limit, cost=args.cost, clean=not args.no_clean,
+        agent=args.agent, max_steps=args.steps, time_limit_s=args.time_limit, cost=args.cost, clean=not args.no_clean,
         rule_ids=args.rules.split(",") if args.rules else None, seed=args.seed, train_episodes=args.train_episodes,
         checkpoint=args.checkpoint, timing=None,
     )  # fmt: skip
@@ -292,11 +292,11 @@ def command_graph_train(args: argparse.Namespace) -> int:
             models.append(load_model(name, parse_input_shapes(args.input_shape)))
 
     def on_update(episodes: int, best_ms: float, env_steps: int) -> None:
-        log(f"ppo: {episodes} episodes, {env_steps} rewrites tried")
+        log(f"{args.agent}: {episodes} episodes, {env_steps} rewrites tried")
 
     stats = train_policy(models, request, progress=log, on_update=on_update)
-    stdout.print(f"wrote {args.checkpoint}: PPO trained on {', '.join(stats['models'])} ({stats['cost']} cost), "
-                 f"{stats['train_episodes']} episodes, {stats['train_env_steps']} rewrites, "
+    stdout.print(f"wrote {args.checkpoint}: {args.agent} trained on {', '.join(stats['models'])} "
+                 f"({stats['cost']} cost), {stats['train_episodes']} episodes, {stats['train_env_steps']} rewrites, "
                  f"{stats['train_seconds']:.0f} s")  # fmt: skip
     write_json(args.json, stats)
     return 0
@@ -560,8 +560,10 @@ def build_parser() -> argparse.ArgumentParser:
     graph.set_defaults(handler=command_graph)
 
     graph_train = commands.add_parser(
-        "graph-train", help="train one PPO policy on several graphs, for `graph --agent ppo --load` on new ones"
+        "graph-train", help="train one agent on several graphs, for `graph --agent AGENT --load` on new ones"
     )
+    graph_train.add_argument("--agent", default="ppo", choices=["ppo", "world-model"],
+                             help="ppo (default): model-free; world-model: MDN-RNN + controller trained in it")
     graph_train.add_argument("--models", required=True, help="comma-separated zoo names, packaged names or .onnx files")
     graph_train.add_argument("--checkpoint", type=Path, required=True, help="write the trained policy here")
     graph_train.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",

@@ -221,38 +221,71 @@ def start_graph(original: ir.Model, request: GraphRequest,
     return working, cleanup
 
 
-#: graph-train's episode cap when none is given: training then ends at its time limit.
-UNBOUNDED_EPISODES = 10**9
-
-
 def train_policy(models: Sequence[LoadedModel], request: GraphRequest, progress: Progress = lambda message: None,
                  on_update: search.base.ProgressCallback | None = None) -> dict:  # fmt: skip
-    """``rlcompile graph-train``: one PPO policy trained on several graphs (one per episode, drawn at
-    random) and saved to ``request.checkpoint``, for ``graph MODEL --agent ppo --load`` on graphs it never
-    saw. Training resumes from ``CHECKPOINT.training`` when a run was interrupted."""
-    from rlcompile.graph.agents import ppo
+    """``rlcompile graph-train``: one agent (``request.agent``: ppo or world-model) trained on several
+    graphs (one per episode, drawn at random) and saved to ``request.checkpoint``, for ``graph MODEL
+    --agent AGENT --load`` on graphs it never saw. Training in progress is kept in ``CHECKPOINT.training``
+    (PPO: the whole state after every update; world model: its real-environment rollouts) and resumed."""
     from rlcompile.graph.env import GraphEnv, GraphSetEnv
 
     request.validate()
+    if request.agent not in search.LEARNING_AGENTS:
+        raise RlcompileError(f"graph-train trains {' or '.join(search.LEARNING_AGENTS)}, not {request.agent!r}")
     if request.checkpoint is None:
         raise RlcompileError("graph-train needs --checkpoint FILE: where the trained policy goes")
     if request.cost == "measured":
         raise RlcompileError("graph-train cannot use --cost measured (it times one model's graphs); "
                              f"choose from {', '.join(c for c in cost.COST_MODELS if c != 'measured')}")  # fmt: skip
-    # time-bound unless --train-episodes: a policy that ends episodes early (NO-OP) must not end training
-    config = ppo.PPOConfig(train_episodes=request.train_episodes or UNBOUNDED_EPISODES)
+    config = training_config(request)
     cost_model, rule_set, envs = cost.create(request.cost), search_rules(request), []
     for model in models:
         graph, _ = start_graph(onnx_graph.from_proto(model.proto), request)
         envs.append(GraphEnv(graph, rule_set, cost_model, max_steps=min(config.episode_steps, request.max_steps)))
         progress(f"{model.name}: {len(graph.graph)} nodes, est. {envs[-1].initial_cost:.3f} ms ({cost_model.name})")
     names = [model.name for model in models]
-    progress(f"training PPO on {len(models)} graphs for {request.time_limit_s:.0f} s at most")
-    policy, stats = ppo.train(GraphSetEnv(envs, request.seed), config, request.seed, request.time_limit_s, on_update,
-                              ppo.training_state_path(request.checkpoint), scope=",".join(names))  # fmt: skip
-    ppo.save_checkpoint(request.checkpoint, policy, config, [rule.id for rule in rule_set])
+    progress(f"training {request.agent} on {len(models)} graphs for {request.time_limit_s:.0f} s at most")
+    train = train_ppo if request.agent == "ppo" else train_world_model
+    stats = train(GraphSetEnv(envs, request.seed), config, request, names, on_update)
     cost_model.save()
-    return {k: v for k, v in stats.items() if k != "episode_returns"} | {"models": names, "cost": cost_model.name}
+    return stats | {"agent": request.agent, "models": names, "cost": cost_model.name}
+
+
+#: graph-train's episode cap when none is given: training then ends at its time limit.
+UNBOUNDED_EPISODES = 10**9
+
+
+def training_config(request: GraphRequest):
+    """graph-train's agent settings: PPO until the time limit unless --train-episodes (a policy that
+    ends episodes early, NO-OP, must not end training); the world model with its own defaults."""
+    if request.agent == "ppo":
+        from rlcompile.graph.agents.ppo import PPOConfig
+
+        return PPOConfig(train_episodes=request.train_episodes or UNBOUNDED_EPISODES)
+    from rlcompile.graph.agents.world_model import WorldModelConfig
+
+    return WorldModelConfig(temperature=request.temperature, **episodes_option("random_episodes", request))
+
+
+def train_ppo(env, config, request: GraphRequest, names: list[str], on_update) -> dict:
+    from rlcompile.graph.agents import ppo
+
+    policy, stats = ppo.train(env, config, request.seed, request.time_limit_s, on_update,
+                              ppo.training_state_path(request.checkpoint), scope=",".join(names))  # fmt: skip
+    ppo.save_checkpoint(request.checkpoint, policy, config, [rule.id for rule in env.rules])
+    return {k: v for k, v in stats.items() if k != "episode_returns"}
+
+
+def train_world_model(env, config, request: GraphRequest, names: list[str], on_update) -> dict:
+    from rlcompile.graph.agents import ppo, world_model
+
+    rollouts = ppo.training_state_path(request.checkpoint)
+    agent, stats = world_model.fit(env, config, request.seed, request.time_limit_s, rollouts)
+    world_model.save_checkpoint(request.checkpoint, agent)
+    rollouts.unlink(missing_ok=True)
+    stats["train_episodes"] = stats["random_episodes"]
+    stats["train_env_steps"] = stats["real_env_steps"]
+    return stats
 
 
 def agent_options(request: GraphRequest) -> dict:
@@ -267,7 +300,7 @@ def agent_options(request: GraphRequest) -> dict:
         from rlcompile.graph.agents.world_model import WorldModelConfig
 
         config = WorldModelConfig(temperature=request.temperature, **episodes_option("random_episodes", request))
-        return {"config": config, "seed": request.seed}
+        return {"config": config, "seed": request.seed, "checkpoint": request.checkpoint, "load": request.load}
     return {}
 
 

@@ -277,14 +277,15 @@ def agreement_summary(estimates: list[float], start_estimate: float, measured: l
 
 def transfer_study(models: Sequence[str], held_out: str, out: Path, train_seconds: float, cost_name: str,
                    steps: int, taso_seconds: float, timing=DEFAULT, rounds: int = 5,
-                   console: Console | None = None) -> dict:  # fmt: skip
-    """Leave one model out: PPO trained on the others (``graph-train``), applied to ``held_out`` in one
-    greedy rollout, against TASO searching ``held_out`` itself; the original, both answers and a twin
-    of the original timed alternately in ORT_ENABLE_ALL. The policy is kept in ``out`` and reused."""
+                   console: Console | None = None, agent: str = "ppo") -> dict:  # fmt: skip
+    """Leave one model out: ``agent`` (ppo or world-model) trained on the others (``graph-train``),
+    applied to ``held_out`` in one greedy rollout, against TASO searching ``held_out`` itself; the
+    original, both answers and a twin of the original timed alternately in ORT_ENABLE_ALL. The policy
+    is kept in ``out/policies`` and reused."""
     console = console or Console()
-    checkpoint = out / "policies" / f"without-{held_out}.pt"
+    checkpoint = out / "policies" / f"{'' if agent == 'ppo' else agent + '-'}without-{held_out}.pt"
     trained_on = [name for name in models if name != held_out]
-    request = GraphRequest(agent="ppo", cost=cost_name, max_steps=steps, time_limit_s=train_seconds,
+    request = GraphRequest(agent=agent, cost=cost_name, max_steps=steps, time_limit_s=train_seconds,
                            checkpoint=checkpoint, timing=None)  # fmt: skip
     stats = {}
     if not checkpoint.exists():
@@ -308,7 +309,7 @@ def transfer_study(models: Sequence[str], held_out: str, out: Path, train_second
                 "seconds": search.search_seconds,
                 "rules": dict(Counter(r.rule for r in search.rewrites[: run.kept_rewrites]))}  # fmt: skip
 
-    return {"model": held_out, "trained_on": trained_on, "cost": cost_name, "training": stats,
+    return {"model": held_out, "agent": agent, "trained_on": trained_on, "cost": cost_name, "training": stats,
             "original_ms": original.median_ms, "noise": abs(twin.median_ms / original.median_ms - 1),
             "policy": answer(applied, policy_ms) | {"inference_seconds": applied.result.extra["inference_seconds"]},
             "taso": answer(taso, taso_ms)}  # fmt: skip

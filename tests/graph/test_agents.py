@@ -87,6 +87,66 @@ def test_world_model_learns_and_its_controller_acts_in_the_real_environment(env)
     assert result.final_cost_ms == pytest.approx(env.cost_model.graph_cost(result.model))
 
 
+def small_world_config():
+    from rlcompile.graph.agents.world_model import WorldModelConfig
+
+    return WorldModelConfig(random_episodes=6, episode_steps=4, model_epochs=3, dream_episodes=8,
+                            controller=PPOConfig(steps_per_update=16))  # fmt: skip
+
+
+def test_world_model_agent_is_saved_and_applied_without_training(env, tmp_path):
+    from rlcompile.graph.agents.world_model import WorldModelSearch
+
+    checkpoint, config = tmp_path / "world.pt", small_world_config()
+    trained = WorldModelSearch(config=config, checkpoint=checkpoint).search(env.initial_model, env.rules,
+                                                                           env.cost_model)  # fmt: skip
+    assert checkpoint.exists() and trained.extra["train_seconds"] > 0
+    applied = WorldModelSearch(config=config, load=checkpoint).search(env.initial_model, env.rules, env.cost_model)
+    assert applied.extra["train_seconds"] == 0 and applied.extra["real_env_steps"] == 0
+    assert [r.describe() for r in applied.rewrites] == [r.describe() for r in trained.rewrites]
+    with pytest.raises(RlcompileError, match="trained with other rules"):
+        WorldModelSearch(load=checkpoint).search(env.initial_model, env.rules[:3], env.cost_model)
+    with pytest.raises(RlcompileError, match="not a PPO checkpoint"):
+        PPOSearch(load=checkpoint).search(env.initial_model, env.rules, env.cost_model)
+    ppo_checkpoint = tmp_path / "ppo.pt"
+    PPOSearch(config=PPOConfig(train_episodes=1, steps_per_update=8), checkpoint=ppo_checkpoint).search(
+        env.initial_model, env.rules, env.cost_model)  # fmt: skip
+    with pytest.raises(RlcompileError, match="not a world-model checkpoint"):
+        WorldModelSearch(load=ppo_checkpoint).search(env.initial_model, env.rules, env.cost_model)
+
+
+def test_world_model_trains_on_a_set_of_graphs_and_dreams_from_each(env, tmp_path):
+    from rlcompile.graph.agents import world_model
+    from rlcompile.graph.env import GraphSetEnv
+    from tests.graph.test_cost import two_convs
+
+    other = GraphEnv(onnx_graph.from_proto(two_convs()), env.rules, env.cost_model, max_steps=4)
+    both = GraphSetEnv([env, other], seed=0)
+    rollouts = tmp_path / "rollouts.pt"
+    agent, stats = world_model.fit(both, small_world_config(), seed=0, time_limit_s=60, rollouts_file=rollouts)
+    assert stats["graphs"] == 2 and rollouts.exists()
+    starts = {round(float(z.sum()), 5) for z, _ in world_model.DreamEnv(
+        agent.world, [(world_model.embed(agent.encoder, e.reset()[0]), None) for e in (env, other)], len(env.rules),
+        env.max_locations, agent.config, torch.Generator().manual_seed(0)).starts}  # fmt: skip
+    assert len(starts) == 2  # the two graphs start the dreams from different latents
+    again, _ = world_model.fit(both, small_world_config(), seed=0, time_limit_s=60, rollouts_file=rollouts)
+    assert again.world.state_dict()["reward.weight"].equal(agent.world.state_dict()["reward.weight"])
+    alone = GraphSetEnv([env], seed=0)
+    with pytest.raises(RlcompileError, match="rollouts of other graphs"):
+        world_model.fit(alone, small_world_config(), seed=0, time_limit_s=60, rollouts_file=rollouts)
+
+
+def test_dream_starts_from_every_graph_of_a_set():
+    from rlcompile.graph.agents.world_model import MDNRNN, DreamEnv, WorldModelConfig
+
+    world = MDNRNN(latent=4, action=5, rules=2, hidden=8, mixtures=2)
+    starts = [(torch.full((4,), float(i)), torch.ones(1, 3, dtype=torch.bool)) for i in range(3)]
+    dream = DreamEnv(world, starts, rules=1, locations=3, config=WorldModelConfig(),
+                     generator=torch.Generator().manual_seed(0))  # fmt: skip
+    seen = {float(dream.reset().x[0]) for _ in range(30)}
+    assert seen == {0.0, 1.0, 2.0}
+
+
 class WeightedOperatorCount(CostModel):
     """A deterministic cost (weights per op type), so the rewards are the same on every machine."""
 

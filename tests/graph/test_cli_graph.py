@@ -56,13 +56,33 @@ def test_graph_train_on_two_graphs_then_the_policy_rewrites_a_third_without_trai
     code = main(["graph-train", "--models", f"{files[0]},{files[1]}", "--checkpoint", str(checkpoint),
                  "--train-episodes", "4", "--steps", "3", "--json", str(tmp_path / "train.json")])  # fmt: skip
     assert code == 0 and checkpoint.exists()
-    assert "PPO trained on a, b" in capsys.readouterr().out
+    assert "ppo trained on a, b" in capsys.readouterr().out
     assert json.loads((tmp_path / "train.json").read_text())["train_episodes"] >= 4
     code = main(["graph", str(files[2]), "--agent", "ppo", "--load", str(checkpoint), "--steps", "3", "--quick",
                  "--json", str(tmp_path / "apply.json")])  # fmt: skip
     assert code == 0
     search = json.loads((tmp_path / "apply.json").read_text())["search"]
     assert search["train_episodes"] == 0 and search["loaded"] == str(checkpoint)
+
+
+def test_graph_train_world_model_then_apply_it_to_another_graph(capsys, tmp_path: Path) -> None:
+    from tests.graph.test_search import inception_block
+
+    files = [tmp_path / "a.onnx", tmp_path / "b.onnx"]
+    for file in files:
+        onnx.save(onnx.shape_inference.infer_shapes(inception_block()), str(file))
+    checkpoint = tmp_path / "world.pt"
+    code = main(["graph-train", "--agent", "world-model", "--models", str(files[0]), "--checkpoint", str(checkpoint),
+                 "--train-episodes", "4", "--steps", "3", "--time-limit", "30"])  # fmt: skip
+    assert code == 0 and checkpoint.exists() and not (tmp_path / "world.pt.training").exists()
+    assert "world-model trained on a" in capsys.readouterr().out
+    code = main(["graph", str(files[1]), "--agent", "world-model", "--load", str(checkpoint), "--steps", "3",
+                 "--quick", "--json", str(tmp_path / "apply.json")])  # fmt: skip
+    assert code == 0
+    search = json.loads((tmp_path / "apply.json").read_text())["search"]
+    assert search["loaded"] == str(checkpoint) and search["real_env_steps"] == 0
+    code = main(["graph", str(files[1]), "--agent", "ppo", "--load", str(checkpoint), "--steps", "3", "--quick"])
+    assert code == 2 and "not a PPO checkpoint" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

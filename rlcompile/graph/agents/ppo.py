@@ -66,7 +66,7 @@ class HierarchicalPolicy(nn.Module):
     def __init__(self, encoder: nn.Module, rules: int, hidden: int = 64, locations: int = MAX_LOCATIONS) -> None:
         """``encoder(batch)`` returns (node embeddings or None, graph embeddings [batch, encoder.output_size])."""
         super().__init__()
-        self.rules = rules
+        self.rules, self.locations = rules, locations
         self.encoder = encoder
         size = self.encoder.output_size
         self.rule_head = mlp(size, hidden, rules + 1)
@@ -305,12 +305,15 @@ def apply_policy(policy: HierarchicalPolicy, env: GraphEnv) -> tuple[ir.Model, f
 def save_checkpoint(path: Path, policy: HierarchicalPolicy, config: PPOConfig, rule_ids: Sequence[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     node_features = policy.encoder.embed.in_features
-    torch.save({"config": asdict(config), "rules": list(rule_ids), "node_features": node_features,
+    torch.save({"kind": "ppo", "config": asdict(config), "rules": list(rule_ids), "node_features": node_features,
                 "state": policy.state_dict()}, path)  # fmt: skip
 
 
 def load_checkpoint(path: Path) -> tuple[HierarchicalPolicy, PPOConfig, list[str]]:
+    """A saved policy with its config and rules; a file of another agent is refused in one line."""
     saved = torch.load(path, weights_only=False)
+    if not isinstance(saved, dict) or saved.get("kind", "ppo") != "ppo":
+        raise RlcompileError(f"{path} is not a PPO checkpoint (trained with --agent {saved.get('kind')}?)")
     config = PPOConfig(**saved["config"])
     policy = HierarchicalPolicy.for_graphs(saved["node_features"], len(saved["rules"]), config.hidden)
     policy.load_state_dict(saved["state"])

@@ -12,6 +12,10 @@
 5. **Evaluation.** The controller acts greedily in the real environment (z from the encoder, h from
    the MDN-RNN fed the actions taken); the rollout's best graph is the answer.
 
+Trained on several graphs (``rlcompile graph-train --agent world-model``, a :class:`~..env.GraphSetEnv`)
+the random rollouts visit all of them and each dream starts from one of their start latents, so the
+saved agent (encoder, MDN-RNN, controller) applies to a graph it never saw with no training.
+
 Reported: training time of each part, the world model's step time against the real environment's,
 and its prediction error on held-out random rollouts.
 """
@@ -19,9 +23,11 @@ and its prediction error on held-out random rollouts.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,6 +36,7 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
+from rlcompile.errors import RlcompileError
 from rlcompile.graph.agents.gnn import GraphEncoder, to_data
 from rlcompile.graph.agents.ppo import HierarchicalPolicy, PPOConfig, Step, update
 from rlcompile.graph.cost import CostModel
@@ -190,17 +197,27 @@ def prediction_error(model: MDNRNN, rollouts: list[Rollout], reward_scale: float
 
 
 class DreamEnv:
-    """The world model as an environment: state (z, h); rule mask predicted; locations as at the start."""
+    """The world model as an environment: state (z, h); rule mask predicted; locations as at the start.
 
-    def __init__(self, model: MDNRNN, start: torch.Tensor, location_mask: torch.Tensor, rules: int,
+    ``starts``: (latent, location mask) of each real start graph; each dream begins at one of them,
+    drawn at random when there are several (training on a set of graphs).
+    """
+
+    def __init__(self, model: MDNRNN, starts: Sequence[tuple[torch.Tensor, torch.Tensor]], rules: int,
                  locations: int, config: WorldModelConfig, generator: torch.Generator) -> None:  # fmt: skip
-        self.model, self.start, self.location_mask = model, start, location_mask
+        self.model, self.starts = model, list(starts)
         self.rules, self.locations, self.config, self.generator = rules, locations, config, generator
         self.step_seconds = 0.0
         self.steps_total = 0
 
+    @property
+    def latent_size(self) -> int:
+        return self.starts[0][0].numel()
+
     def reset(self):
-        self.z, self.state, self.steps = self.start, None, 0
+        pick = int(torch.randint(len(self.starts), (1,), generator=self.generator)) if len(self.starts) > 1 else 0
+        start, self.location_mask = self.starts[pick]
+        self.z, self.state, self.steps = start, None, 0
         self.rule_mask = [*self.location_mask.any(dim=1).tolist(), True]
         self.h = torch.zeros(self.model.lstm.hidden_size)
         return self.observe()
@@ -248,12 +265,16 @@ def collate_latents(observations: list[SimpleNamespace]) -> SimpleNamespace:
     )
 
 
+def controller_policy(latent: int, world: MDNRNN, rules: int, hidden: int, locations: int) -> HierarchicalPolicy:
+    """The controller's network: the model-free agent's hierarchical policy over [z, h]."""
+    return HierarchicalPolicy(LatentInput(latent + world.lstm.hidden_size), rules, hidden, locations)
+
+
 def train_controller(dream: DreamEnv, config: WorldModelConfig, seed: int,
                      deadline: float = float("inf")) -> tuple[HierarchicalPolicy, dict]:  # fmt: skip
     torch.manual_seed(seed)
     ppo = config.controller
-    size = dream.start.numel() + dream.model.lstm.hidden_size
-    policy = HierarchicalPolicy(LatentInput(size), dream.rules, ppo.hidden, dream.locations)
+    policy = controller_policy(dream.latent_size, dream.model, dream.rules, ppo.hidden, dream.locations)
     optimizer = torch.optim.Adam(policy.parameters(), lr=ppo.learning_rate)
     generator = torch.Generator().manual_seed(seed)
     observation = dream.reset()
@@ -309,50 +330,142 @@ def apply_controller(policy, model: MDNRNN, encoder: GraphEncoder, env: GraphEnv
     return best, time.perf_counter() - started
 
 
+@dataclass
+class WorldAgent:
+    """A trained world-model agent: the fixed encoder, the MDN-RNN and the controller trained in it."""
+
+    encoder: GraphEncoder
+    world: MDNRNN
+    controller: HierarchicalPolicy
+    config: WorldModelConfig
+    rule_ids: list[str]
+
+
+def graph_envs(env: GraphEnv) -> list[GraphEnv]:
+    """The real environments behind ``env``: its graphs when it is a set, else itself."""
+    return list(getattr(env, "envs", [env]))
+
+
+def fit(env: GraphEnv, config: WorldModelConfig, seed: int, time_limit_s: float,
+        rollouts_file: Path | None = None) -> tuple[WorldAgent, dict]:  # fmt: skip
+    """Random rollouts on the real environment (one graph or a set), the MDN-RNN on them, the
+    controller in the dream; returns the agent and each part's statistics.
+
+    ``rollouts_file``: the random rollouts (all the real-environment work) are saved there once
+    collected and reused by a later call for the same rules and graphs, so an interrupted training
+    starts again at the world model, not at the first real step.
+    """
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    observation, _ = env.reset(seed=seed)
+    encoder = GraphEncoder(observation["graph"].nodes.shape[1], hidden=config.latent_hidden).eval()
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    identity = {"rules": [rule.id for rule in env.rules], "graphs": [e.initial_cost for e in graph_envs(env)],
+                "seed": seed, "episode_steps": env.max_steps}  # fmt: skip
+    rollouts = load_rollouts(rollouts_file, identity)
+    if rollouts is None:
+        rollouts = random_rollouts(env, encoder, config.random_episodes, np.random.default_rng(seed),
+                                   started + config.collect_share * time_limit_s)  # fmt: skip
+        save_rollouts(rollouts_file, identity, rollouts)
+    collect_seconds = time.perf_counter() - started
+    held_out = max(1, len(rollouts) // 5)
+    training, evaluation = rollouts[held_out:] or rollouts, rollouts[:held_out]
+    rules = len(env.rules)
+    world = MDNRNN(encoder.output_size, rules + 1 + env.max_locations, rules + 1, config.hidden, config.mixtures)
+    started = time.perf_counter()
+    losses = train_world_model(world, training, config, generator)
+    model_seconds = time.perf_counter() - started
+    errors = prediction_error(world, evaluation, config.controller.reward_scale)
+    starts = []
+    for real in graph_envs(env):
+        start, _ = real.reset()
+        starts.append((embed(encoder, start), torch.as_tensor(start["location_mask"], dtype=torch.bool)))
+    dream = DreamEnv(world, starts, rules, env.max_locations, config, generator)
+    controller, controller_stats = train_controller(dream, config, seed, deadline)
+    real_steps = [s for rollout in rollouts for s in rollout.step_seconds]
+    stats = {
+        "random_episodes": len(rollouts), "real_env_steps": len(real_steps), "collect_seconds": collect_seconds,
+        "world_model_seconds": model_seconds, "world_model_final_loss": losses[-1] if losses else None,
+        "prediction_error": errors, "real_step_ms": 1e3 * float(np.mean(real_steps)) if real_steps else None,
+        "temperature": config.temperature, "graphs": len(starts), **controller_stats,
+    }  # fmt: skip
+    stats["train_seconds"] = collect_seconds + model_seconds + controller_stats["controller_seconds"]
+    return WorldAgent(encoder, world, controller, config, identity["rules"]), stats
+
+
+def save_rollouts(path: Path | None, identity: dict, rollouts: list[Rollout]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(path.name + ".tmp")
+        torch.save({"identity": identity, "rollouts": rollouts}, scratch)
+        os.replace(scratch, path)
+
+
+def load_rollouts(path: Path | None, identity: dict) -> list[Rollout] | None:
+    """Rollouts an interrupted training saved for these rules and graphs; None when there are none."""
+    if path is None or not path.exists():
+        return None
+    try:
+        saved = torch.load(path, weights_only=False)
+    except Exception as error:  # a torn or foreign file: say so, do not guess
+        raise RlcompileError(f"cannot resume world-model training from {path}: {error}; delete it") from None
+    if saved.get("identity") != identity:
+        raise RlcompileError(f"{path} holds rollouts of other graphs or rules; delete it or use another --checkpoint")
+    return saved["rollouts"]
+
+
+def save_checkpoint(path: Path, agent: WorldAgent) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"kind": "world-model", "config": asdict(agent.config), "rules": agent.rule_ids,
+                "node_features": agent.encoder.embed.in_features, "locations": agent.controller.locations,
+                "encoder": agent.encoder.state_dict(), "world": agent.world.state_dict(),
+                "controller": agent.controller.state_dict()}, path)  # fmt: skip
+
+
+def load_checkpoint(path: Path) -> WorldAgent:
+    """A saved :class:`WorldAgent`; a file of another agent (PPO) is refused in one line."""
+    saved = torch.load(path, weights_only=False)
+    if not isinstance(saved, dict) or saved.get("kind") != "world-model":
+        raise RlcompileError(f"{path} is not a world-model checkpoint (trained with --agent ppo?)")
+    settings = dict(saved["config"])
+    config = WorldModelConfig(**{**settings, "controller": PPOConfig(**settings["controller"])})
+    rules = len(saved["rules"])
+    encoder = GraphEncoder(saved["node_features"], hidden=config.latent_hidden).eval()
+    world = MDNRNN(encoder.output_size, rules + 1 + saved["locations"], rules + 1, config.hidden, config.mixtures)
+    controller = controller_policy(encoder.output_size, world, rules, config.controller.hidden, saved["locations"])
+    for network, state in ((encoder, "encoder"), (world, "world"), (controller, "controller")):
+        network.load_state_dict(saved[state])
+    return WorldAgent(encoder, world, controller, config, list(saved["rules"]))
+
+
 class WorldModelSearch(GraphSearch):
-    """``rlcompile graph --agent world-model``."""
+    """``rlcompile graph --agent world-model``: train on this graph (or load an agent), then apply greedily."""
 
     name = "world-model"
 
     def __init__(self, budget: SearchBudget | None = None, config: WorldModelConfig | None = None,
-                 seed: int = 0) -> None:  # fmt: skip
+                 seed: int = 0, checkpoint: Path | None = None, load: Path | None = None) -> None:  # fmt: skip
         super().__init__(budget)
         self.config = config or WorldModelConfig()
         self.seed = seed
+        self.checkpoint = checkpoint
+        self.load = load
 
     def search(self, model: ir.Model, rules: Sequence[Rule], cost_model: CostModel,
                progress: ProgressCallback | None = None) -> SearchResult:  # fmt: skip
-        config = self.config
-        torch.manual_seed(self.seed)
-        generator = torch.Generator().manual_seed(self.seed)
-        env = GraphEnv(model, rules, cost_model, max_steps=min(config.episode_steps, self.budget.max_steps))
-        observation, _ = env.reset(seed=self.seed)
-        encoder = GraphEncoder(observation["graph"].nodes.shape[1], hidden=config.latent_hidden).eval()
-        started = time.perf_counter()
-        deadline = started + self.budget.time_limit_s
-        rollouts = random_rollouts(env, encoder, config.random_episodes, np.random.default_rng(self.seed),
-                                   started + config.collect_share * self.budget.time_limit_s)  # fmt: skip
-        collect_seconds = time.perf_counter() - started
-        held_out = max(1, len(rollouts) // 5)
-        training, evaluation = rollouts[held_out:] or rollouts, rollouts[:held_out]
-        world = MDNRNN(encoder.output_size, len(rules) + 1 + env.max_locations, len(rules) + 1, config.hidden,
-                       config.mixtures)  # fmt: skip
-        started = time.perf_counter()
-        losses = train_world_model(world, training, config, generator)
-        model_seconds = time.perf_counter() - started
-        errors = prediction_error(world, evaluation, config.controller.reward_scale)
-        start_mask = torch.as_tensor(observation["location_mask"], dtype=torch.bool)
-        dream = DreamEnv(world, embed(encoder, observation), start_mask, len(rules), env.max_locations, config,
-                         generator)  # fmt: skip
-        controller, controller_stats = train_controller(dream, config, self.seed, deadline)
-        (best, cost, path), inference_seconds = apply_controller(controller, world, encoder, env)
-        real_steps = [s for rollout in rollouts for s in rollout.step_seconds]
-        extra = {
-            "random_episodes": len(rollouts), "real_env_steps": len(real_steps), "collect_seconds": collect_seconds,
-            "world_model_seconds": model_seconds, "world_model_final_loss": losses[-1] if losses else None,
-            "prediction_error": errors, "real_step_ms": 1e3 * float(np.mean(real_steps)) if real_steps else None,
-            "temperature": config.temperature, "inference_seconds": inference_seconds, **controller_stats,
-        }  # fmt: skip
-        total = collect_seconds + model_seconds + controller_stats["controller_seconds"] + inference_seconds
-        return SearchResult(best, env.initial_cost, cost, path, len(path), len(real_steps) + len(path), total,
-                            "converged", extra)  # fmt: skip
+        env = GraphEnv(model, rules, cost_model, max_steps=min(self.config.episode_steps, self.budget.max_steps))
+        if self.load is not None:
+            agent = load_checkpoint(self.load)
+            if agent.rule_ids != [rule.id for rule in rules]:
+                raise RlcompileError(f"{self.load} was trained with other rules: {', '.join(agent.rule_ids)}")
+            stats = {"train_seconds": 0.0, "random_episodes": 0, "real_env_steps": 0, "loaded": str(self.load)}
+        else:
+            agent, stats = fit(env, self.config, self.seed, self.budget.time_limit_s)
+            if self.checkpoint is not None:
+                save_checkpoint(self.checkpoint, agent)
+        (best, cost, path), inference_seconds = apply_controller(agent.controller, agent.world, agent.encoder, env)
+        stats["inference_seconds"] = inference_seconds
+        total = stats["train_seconds"] + inference_seconds
+        return SearchResult(best, env.initial_cost, cost, path, len(path), stats["real_env_steps"] + len(path),
+                            total, "converged", stats)  # fmt: skip
