@@ -41,6 +41,7 @@ from rlcompile.graph.agents.gnn import GraphEncoder, to_data
 from rlcompile.graph.agents.ppo import HierarchicalPolicy, PPOConfig, Step, update
 from rlcompile.graph.cost import CostModel
 from rlcompile.graph.env import GraphEnv
+from rlcompile.graph.onnx_graph import graph_hash
 from rlcompile.graph.rules import Rule
 from rlcompile.graph.search.base import GraphSearch, ProgressCallback, Rewrite, SearchBudget, SearchResult
 
@@ -361,8 +362,8 @@ def fit(env: GraphEnv, config: WorldModelConfig, seed: int, time_limit_s: float,
     encoder = GraphEncoder(observation["graph"].nodes.shape[1], hidden=config.latent_hidden).eval()
     started = time.perf_counter()
     deadline = started + time_limit_s
-    identity = {"rules": [rule.id for rule in env.rules], "graphs": [e.initial_cost for e in graph_envs(env)],
-                "seed": seed, "episode_steps": env.max_steps}  # fmt: skip
+    identity = {"rules": [rule.id for rule in env.rules], "seed": seed, "episode_steps": env.max_steps,
+                "graphs": [graph_hash(e.initial_model.graph) for e in graph_envs(env)]}  # fmt: skip
     rollouts = load_rollouts(rollouts_file, identity)
     if rollouts is None:
         rollouts = random_rollouts(env, encoder, config.random_episodes, np.random.default_rng(seed),
