@@ -50,9 +50,11 @@ def test_the_all_ort_plan_is_one_segment_as_fast_as_ort_native(squeezenet):
     engine = grouped.engine(["ort"] * len(grouped.groups), threads=2, created={"ort": libraries.create("ort")})
     assert len(engine.compiled) == 1
     feeds = grouped.feeds
-    native = OrtBackend("all", threads=2).prepare(model).timer(feeds)
+    native, twin = (OrtBackend("all", threads=2).prepare(model).timer(feeds) for _ in range(2))
     timing = MeasureConfig(warmup=5, min_repeats=30, min_time_s=0.5, max_time_s=5.0)
-    plan, reference = measure_alternating([lambda: engine.run(feeds), native], timing, rounds=3)
-    # one ORT session over the (BatchNorm-folded) model: the same work; 15% allows for a busy CI machine
-    assert plan.median_ms / reference.median_ms < 1.15
+    plan, reference, second = measure_alternating([lambda: engine.run(feeds), native, twin], timing, rounds=3)
+    # one ORT session over the (BatchNorm-folded) model: the same work. 15% for a busy CI machine, plus
+    # however far two identical native sessions were apart in the same rounds (up to 20% seen on 2 cores)
+    noise = abs(second.median_ms / reference.median_ms - 1)
+    assert plan.median_ms / reference.median_ms < 1.15 + noise
     assert np.allclose(engine.run(feeds)[0], run_proto(model.proto, feeds)[0], rtol=1e-4, atol=1e-5)
