@@ -10,7 +10,8 @@ measurements and how much wall time ``chameleon`` needs to reach the final laten
 (seed Figure 5) and measurements per iteration with and without adaptive sampling (Figure 6).
 Models: every task tuned, the model built with the records and timed, next to untuned TVM and ONNX
 Runtime: the seeds' Table 5 (output latency) and Table 6 (optimisation time), laid out the same way.
-Writes ``chameleon.json`` and ``chameleon.png``. ``--quick``: L8 with 32 measurements per strategy and
+Writes ``chameleon.json``, ``claims.md`` (the tables and the seeds' claims, per layer and pooled; ``--report``
+rewrites it from the JSON alone) and ``chameleon.png``. ``--quick``: L8 with 32 measurements per strategy and
 AlexNet with 8 per task.
 """
 
@@ -29,12 +30,15 @@ from rlcompile import backends
 from rlcompile.backends.tvm import TvmSession
 from rlcompile.kernel.artifact import build_executable
 from rlcompile.kernel.experiments import (
-    WITHIN,
-    first_within,
     history_panels,
+    pooled_claims,
     run_strategy,
+    seed_claims,
     setup,
     show,
+    show_spread,
+    spread,
+    strategy_row,
 )
 from rlcompile.kernel.tasks import SEED_LAYERS, extract_tasks, seed_layer
 from rlcompile.kernel.workdir import WorkDir
@@ -45,7 +49,6 @@ from rlcompile.tvm_bridge import tvm
 
 console = Console(width=170)
 STRATEGIES = "sa,rl,sa+adaptive,chameleon,evolutionary"
-SUBJECT, BASELINES = "chameleon", ("sa", "evolutionary")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,59 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("results/chameleon"))
+    parser.add_argument(
+        "--report", action="store_true", help="only rewrite OUT/claims.md from OUT/chameleon.json (nothing is tuned)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.layers, args.trials, args.models, args.model_trials_per_task = "L8", 32, "alexnet", 8
     return args
-
-
-def spread(values: list[float]) -> dict | None:
-    """Median and range over seeds (None when there is nothing to summarise)."""
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
-def show_spread(value: dict | None, spec: str = ".2f") -> str:
-    if value is None:
-        return "-"
-    if value["n"] == 1:
-        return format(value["median"], spec)
-    return f"{value['median']:{spec}} ({value['min']:{spec}}-{value['max']:{spec}})"
-
-
-def cost_to_reach(run: dict, latency_ms: float) -> tuple[int | None, float | None]:
-    return first_within(run["tasks"][0]["history"], latency_ms)
-
-
-def layer_comparison(runs: dict[str, list[dict]]) -> dict:
-    """How fast ``chameleon`` reaches each baseline's final latency, against the baseline itself."""
-    rows = {}
-    for baseline in BASELINES:
-        if baseline not in runs or SUBJECT not in runs:
-            continue
-        pairs = []
-        baseline_by_seed = {run["seed"]: run for run in runs[baseline]}
-        for subject_run in runs[SUBJECT]:
-            baseline_run = baseline_by_seed.get(subject_run["seed"])
-            if baseline_run is None:
-                continue
-            goal = baseline_run["tasks"][0]["best_ms"]
-            if goal is None:
-                continue
-            own = cost_to_reach(baseline_run, goal)
-            ours = cost_to_reach(subject_run, goal * WITHIN)
-            pairs.append({"goal_ms": goal, "baseline": own, "chameleon": ours})
-        reached = [p for p in pairs if p["chameleon"][0] is not None]
-        measurement_ratios = [p["baseline"][0] / p["chameleon"][0] for p in reached]
-        time_ratios = [p["baseline"][1] / p["chameleon"][1] for p in reached]
-        rows[baseline] = {
-            "pairs": pairs,
-            "reached": f"{len(reached)}/{len(pairs)}",
-            "measurement_ratio": spread(measurement_ratios),
-            "time_ratio": spread(time_ratios),
-        }
-    return rows
 
 
 def saved_run(saved: dict, layer: str, spec: str, seed: int, trials: int) -> dict | None:
@@ -143,7 +100,8 @@ def run_layers(args, names, seeds, measurer, target, payload: dict, save) -> dic
                     console.log(f"{layer} {spec} seed {seed}: kept from {args.out / 'chameleon.json'}")
                 kept = sorted([*kept, run], key=lambda r: r["seed"])
                 runs[spec] = kept
-                results[layer]["chameleon_vs"] = layer_comparison(runs)
+                results[layer].pop("chameleon_vs", None)  # the name of earlier invocations
+                results[layer]["claims"] = seed_claims(runs)
                 save()
     return results
 
@@ -202,15 +160,14 @@ def print_tables(layers: dict, models: dict, names: list[str], args) -> None:
                           f"{statistics.median(r['tasks'][0]['elapsed_seconds'] for r in runs):.0f}",
                           show(statistics.mean(samples) if samples else None, ".1f"))  # fmt: skip
     console.print(table)
-    reach = Table(title=f"What {SUBJECT} needs to reach each baseline's final latency (baseline cost / {SUBJECT} "
-                  "cost; median (range) over seeds)")  # fmt: skip
-    for column in ("layer", "baseline", "reached", "fewer measurements", "less wall time"):
-        reach.add_column(column, justify="left" if column in ("layer", "baseline") else "right")
-    for layer, result in layers.items():
-        for baseline, row in result["chameleon_vs"].items():
-            reach.add_row(layer, baseline, row["reached"], show_spread(row["measurement_ratio"]),
-                          show_spread(row["time_ratio"]))  # fmt: skip
-    console.print(reach)
+    claims = Table(title="The seeds' claims per layer (baseline cost / subject cost; median (range) over seeds)")
+    for column in ("layer", "claim", "pairs reached", "x fewer measurements (steps)", "x less wall time"):
+        claims.add_column(column, justify="left" if column in ("layer", "claim") else "right")
+    for layer, result in [*layers.items(), ("all", {"claims": pooled_claims(layers)})]:
+        for label, row in result.get("claims", {}).items():
+            claims.add_row(layer, label, row["reached"], show_spread(row["measurement_ratio"]),
+                           show_spread(row["time_ratio"]))  # fmt: skip
+    console.print(claims)
     for title, key in (
         ("Table 5: output latency (ms)", "latency_ms"),
         ("Table 6: optimisation time (s)", "wall_seconds"),
@@ -225,11 +182,96 @@ def print_tables(layers: dict, models: dict, names: list[str], args) -> None:
         console.print(table)
 
 
+LAYER_COLUMNS = (
+    ("best ms", "best_ms", ".4f"), ("meas. to reach evolutionary's final (+5%)", "measurements_to_goal", ".0f"),
+    ("wall s to reach it", "seconds_to_goal", ".0f"), ("reached", "reached", None),
+    ("search steps / iteration", "steps_per_iteration", ".0f"),
+    ("measurements / iteration", "measurements_per_iteration", ".1f"), ("wall s", "wall_seconds", ".0f"),
+)  # fmt: skip
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def layers_markdown(layers: dict) -> list[str]:
+    """Per layer: the strategy table and the claims; then every claim pooled over all layers and seeds."""
+    lines = []
+    for layer, result in layers.items():
+        runs = result["runs"]
+        seeds = max(len(r) for r in runs.values())
+        lines += ["", f"### {layer}: {result['label']} ({seeds} seeds, {runs[next(iter(runs))][0]['trials']} "
+                  "measurements each)", ""]  # fmt: skip
+        rows = []
+        for strategy in runs:
+            row = strategy_row(runs, strategy)
+            rows.append([strategy, *(row[key] if spec is None else show_spread(row[key], spec)
+                                     for _, key, spec in LAYER_COLUMNS)])  # fmt: skip
+        lines += markdown_table(["strategy", *(title for title, _, _ in LAYER_COLUMNS)], rows)
+        lines += ["", *claims_markdown(seed_claims(runs))]
+    if len(layers) > 1:
+        lines += ["", f"### Pooled over {len(layers)} layers ({', '.join(layers)}), every seed", ""]
+        lines += claims_markdown(pooled_claims(layers))
+    return lines
+
+
+def claims_markdown(claims: dict) -> list[str]:
+    rows = [[label, row["reached"], show_spread(row["measurement_ratio"]), show_spread(row["time_ratio"])]
+            for label, row in claims.items()]  # fmt: skip
+    return markdown_table(["claim (baseline / subject, median (range))", "seed pairs with a ratio",
+                           "x fewer measurements (steps)", "x less wall time"], rows)  # fmt: skip
+
+
+def models_markdown(models: dict) -> list[str]:
+    """Tables 5 and 6 laid out the seeds' way, with ONNX Runtime and untuned TVM beside them."""
+    lines = []
+    for model_name, row in models.items():
+        lines += [
+            "",
+            f"### {model_name}: {row['tasks']} tasks, {row['trials']} measurements per strategy "
+            f"(ONNX Runtime {row['onnxruntime']:.2f} ms, TVM untuned {row['tvm untuned']:.1f} ms)",
+            "",
+        ]
+        rows = []
+        for name, runs in row["strategies"].items():
+            latency, wall = spread([r["latency_ms"] for r in runs]), spread([r["wall_seconds"] for r in runs])
+            rows.append([name, str(len(runs)), show_spread(latency), show_spread(wall, ".0f"),
+                         f"{latency['median'] / row['onnxruntime']:.2f}",
+                         show_spread(spread([r["search_steps"] for r in runs]), ".0f"),
+                         str(max(r["untuned_tasks"] for r in runs)),
+                         str(min(min(r["batches_per_task"]) for r in runs))])  # fmt: skip
+        lines += markdown_table(["strategy", "seeds", "Table 5: latency ms", "Table 6: optimisation s",
+                                 "latency / ORT", "search steps", "tasks untuned (worst seed)",
+                                 "fewest batches of a task"], rows)  # fmt: skip
+    return lines
+
+
+def markdown_report(payload: dict) -> str:
+    """``claims.md``: everything the closing notes quote, regenerated from the JSON alone."""
+    env = payload.get("environment", {})
+    lines = ["# The seeds' evaluation on this machine (benchmarks/chameleon.py)", "",
+             f"{env.get('cpu', '?')}, {env.get('cores', '?')} cores, {env.get('threads', '?')} threads; "
+             f"recorded {env.get('recorded_at', '?')}. 'reach' = the first measurement after which the best "
+             "is within 5% of the goal; ratios pair runs of the same seed."]  # fmt: skip
+    if payload.get("layers"):
+        lines += ["", "## Layers (seed Table 2)", *layers_markdown(payload["layers"])]
+    if payload.get("models"):
+        lines += ["", "## Models (seed Tables 5 and 6)", *models_markdown(payload["models"])]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    path = args.out / "chameleon.json"
+    if args.report:
+        if not path.exists():
+            print(f"chameleon: no results to report: {path} does not exist", file=sys.stderr)
+            return 2
+        (args.out / "claims.md").write_text(markdown_report(json.loads(path.read_text())))
+        print(f"wrote {args.out / 'claims.md'}")
+        return 0
     names, seeds, measurer = setup(args.out, args.strategies, args.seeds)
     target = measurer.target
-    path = args.out / "chameleon.json"
     payload = json.loads(path.read_text()) if path.exists() else {}
     payload |= {"benchmark": "chameleon", "environment": environment()}
     payload.setdefault("invocations", []).append({k: str(v) for k, v in vars(args).items()})
@@ -242,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(layers, models, names, args)
     if layers:
         tuning_curves(history_panels(layers), args.out / "chameleon.png")
-    console.print(f"wrote {path} and {args.out / 'chameleon.png'}")
+    (args.out / "claims.md").write_text(markdown_report(payload))
+    console.print(f"wrote {path}, {args.out / 'claims.md'} and {args.out / 'chameleon.png'}")
     return 0
 
 

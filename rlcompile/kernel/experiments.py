@@ -109,6 +109,117 @@ def compare_to_reference(runs: dict[str, list[dict]], reference: str) -> dict:
     return {"reference": reference, "reference_best_ms": reference_best, "strategies": rows}
 
 
+def spread(values: Sequence[float]) -> dict | None:
+    """Median and range over seeds (None when there is nothing to summarise)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def show_spread(value: dict | None, spec: str = ".2f") -> str:
+    """``median (min-max)`` of a :func:`spread`, the one value when there is one, ``-`` when none."""
+    if value is None:
+        return "-"
+    if value["n"] == 1:
+        return format(value["median"], spec)
+    return f"{value['median']:{spec}} ({value['min']:{spec}}-{value['max']:{spec}})"
+
+
+def final_ms(run: dict) -> float | None:
+    """The best latency a single-task run ended at."""
+    return run["tasks"][0]["best_ms"]
+
+
+def per_iteration(run: dict, key: str) -> float:
+    """``search_steps`` or ``measurements`` of a single-task run per search iteration (batch)."""
+    return run[key] / max(run["tasks"][0]["batches"], 1)
+
+
+def reach_ratio(runs: dict[str, list[dict]], baseline: str, subject: str, goal_from: str) -> dict:
+    """How many times fewer measurements (and less wall time) ``subject`` needs than ``baseline`` to come
+    within 5% of the latency ``goal_from`` ended at, seed by seed (runs pair by seed). A seed where either
+    never comes within 5% gives no ratio but counts in ``reached`` (``k/n``: pairs where both did)."""
+    by_seed = {name: {run["seed"]: run for run in runs.get(name, [])} for name in (baseline, subject, goal_from)}
+    measurement_ratios, time_ratios, pairs = [], [], 0
+    for seed, goal_run in by_seed[goal_from].items():
+        if seed not in by_seed[baseline] or seed not in by_seed[subject] or final_ms(goal_run) is None:
+            continue
+        pairs += 1
+        goal = final_ms(goal_run) * WITHIN
+        base = first_within(by_seed[baseline][seed]["tasks"][0]["history"], goal)
+        ours = first_within(by_seed[subject][seed]["tasks"][0]["history"], goal)
+        if base[0] and ours[0]:
+            measurement_ratios.append(base[0] / ours[0])
+            time_ratios.append(base[1] / ours[1])
+    return ratios(measurement_ratios, time_ratios, pairs)
+
+
+def ratios(measurement_ratios: list[float], time_ratios: list[float], pairs: int) -> dict:
+    """A claim's per-seed ratios, their spreads, and in how many of ``pairs`` seed pairs they exist."""
+    return {"measurement_ratios": measurement_ratios, "time_ratios": time_ratios,
+            "measurement_ratio": spread(measurement_ratios), "time_ratio": spread(time_ratios),
+            "reached": f"{len(measurement_ratios)}/{pairs}"}  # fmt: skip
+
+
+#: The seeds' claims as (label, baseline, subject, whose final latency is the goal); ``steps`` compares
+#: search steps per iteration (Figure 5) instead of the cost of reaching a latency.
+SEED_CLAIMS: tuple[tuple[str, str, str, str], ...] = (
+    ("search steps per iteration, sa / rl (seed: 2.88x)", "sa", "rl", "steps"),
+    ("search steps per iteration, sa / chameleon", "sa", "chameleon", "steps"),
+    ("adaptive sampling: sa / sa+adaptive to reach sa's final (seed: 1.98x)", "sa", "sa+adaptive", "sa"),
+    ("adaptive sampling: rl / chameleon to reach rl's final (seed: 2.33x)", "rl", "chameleon", "rl"),
+    ("chameleon vs sa (AutoTVM) to reach sa's final (seed: 4.45x less time)", "sa", "chameleon", "sa"),
+    ("chameleon vs evolutionary to reach evolutionary's final", "evolutionary", "chameleon", "evolutionary"),
+)
+
+
+def seed_claims(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Every claim of :data:`SEED_CLAIMS` that the strategies in ``runs`` can test, on one layer."""
+    claims = {}
+    for label, baseline, subject, goal in SEED_CLAIMS:
+        if baseline not in runs or subject not in runs:
+            continue
+        if goal == "steps":
+            subject_by_seed = {run["seed"]: run for run in runs[subject]}
+            steps = [per_iteration(run, "search_steps") / per_iteration(subject_by_seed[run["seed"]], "search_steps")
+                     for run in runs[baseline] if run["seed"] in subject_by_seed]  # fmt: skip
+            claims[label] = ratios(steps, [], len(steps))
+        elif goal in runs:
+            claims[label] = reach_ratio(runs, baseline, subject, goal)
+    return claims
+
+
+def pooled_claims(layers: dict[str, dict]) -> dict[str, dict]:
+    """Each claim over every layer and seed at once: the seeds' headline numbers are such pooled figures."""
+    pooled: dict[str, dict] = {}
+    for result in layers.values():
+        for label, claim in seed_claims(result["runs"]).items():
+            into = pooled.setdefault(label, {"measurement_ratios": [], "time_ratios": [], "pairs": 0})
+            into["measurement_ratios"] += claim["measurement_ratios"]
+            into["time_ratios"] += claim["time_ratios"]
+            into["pairs"] += int(claim["reached"].split("/")[1])
+    return {label: ratios(p["measurement_ratios"], p["time_ratios"], p["pairs"]) for label, p in pooled.items()}
+
+
+def strategy_row(runs: dict[str, list[dict]], strategy: str, goal_from: str = "evolutionary") -> dict:
+    """One strategy's line of the layer table: final latency, the measurements and seconds to come within 5%
+    of ``goal_from``'s final (seed by seed), search steps and measurements per iteration, wall time."""
+    goals = {run["seed"]: final_ms(run) for run in runs.get(goal_from, []) if final_ms(run)}
+    hits = [first_within(run["tasks"][0]["history"], goals[run["seed"]] * WITHIN)
+            for run in runs[strategy] if run["seed"] in goals]  # fmt: skip
+    searched = strategy != "evolutionary"  # its generations are not comparable search steps
+    return {
+        "best_ms": spread([final_ms(run) for run in runs[strategy]]),
+        "measurements_to_goal": spread([n for n, _ in hits]),
+        "seconds_to_goal": spread([t for _, t in hits]),
+        "reached": f"{sum(n is not None for n, _ in hits)}/{len(hits)}",
+        "steps_per_iteration": spread([per_iteration(r, "search_steps") for r in runs[strategy]]) if searched else None,
+        "measurements_per_iteration": spread([per_iteration(r, "measurements") for r in runs[strategy]]),
+        "wall_seconds": spread([run["wall_seconds"] for run in runs[strategy]]),
+    }
+
+
 def show(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from rlcompile.kernel.experiments import compare_to_reference, first_within, history_panels
+from rlcompile.kernel.experiments import (
+    compare_to_reference,
+    first_within,
+    history_panels,
+    pooled_claims,
+    reach_ratio,
+    seed_claims,
+    show_spread,
+    spread,
+    strategy_row,
+)
 
 
 def run(best: list[float], search: float = 1.0) -> dict:
@@ -38,3 +48,39 @@ def test_history_panels_take_the_first_seed() -> None:
     layers = {"L6": {"label": "conv", "runs": {"sa": [run([2.0, 1.0]), run([3.0, 3.0])]}}}
     panels = history_panels(layers)
     assert list(panels) == ["L6: conv"] and [p["best_ms"] for p in panels["L6: conv"]["sa"]] == [2.0, 1.0]
+
+
+def seeded(best: list[float], seed: int, steps: int = 10, batches: int = 2) -> dict:
+    result = run(best) | {"seed": seed, "search_steps": steps, "wall_seconds": 2.0 * len(best)}
+    result["tasks"][0]["batches"] = batches
+    return result
+
+
+def test_reach_ratio_pairs_seeds_and_counts_those_that_never_reach() -> None:
+    runs = {
+        "sa": [seeded([4.0, 3.0, 2.0, 1.0], 0), seeded([4.0, 4.0, 4.0, 2.0], 1)],
+        "chameleon": [seeded([3.0, 1.0, 1.0, 1.0], 0), seeded([4.0, 4.0, 4.0, 4.0], 1)],
+    }
+    claim = reach_ratio(runs, "sa", "chameleon", "sa")
+    assert claim["measurement_ratios"] == [2.0]  # seed 0: sa needs 4 measurements to reach 1.05, chameleon 2
+    assert claim["reached"] == "1/2"  # seed 1: chameleon never comes within 5% of sa's 2.0
+    assert claim["time_ratio"]["median"] == 2.0
+
+
+def test_seed_claims_compare_steps_per_iteration_and_pool_over_layers() -> None:
+    runs = {"sa": [seeded([1.0], 0, steps=300, batches=3)], "rl": [seeded([1.0], 0, steps=50, batches=5)]}
+    claims = seed_claims(runs)
+    steps = claims["search steps per iteration, sa / rl (seed: 2.88x)"]
+    assert steps["measurement_ratio"]["median"] == 10.0  # 100 steps per iteration against 10
+    assert not any("adaptive" in label for label in claims)  # neither adaptive strategy ran
+    pooled = pooled_claims({"L1": {"runs": runs}, "L2": {"runs": runs}})
+    assert pooled["search steps per iteration, sa / rl (seed: 2.88x)"]["reached"] == "2/2"
+
+
+def test_strategy_row_measures_against_evolutionarys_final_seed_by_seed() -> None:
+    runs = {"evolutionary": [seeded([2.0, 1.0], 0)], "sa": [seeded([1.5, 1.04], 0)]}
+    row = strategy_row(runs, "sa")
+    assert row["measurements_to_goal"]["median"] == 2 and row["reached"] == "1/1"
+    assert row["steps_per_iteration"]["median"] == 5.0
+    assert strategy_row(runs, "evolutionary")["steps_per_iteration"] is None
+    assert show_spread(row["best_ms"], ".2f") == "1.04" and show_spread(spread([1.0, 3.0, 2.0])) == "2.00 (1.00-3.00)"
