@@ -3,6 +3,7 @@
 
     python benchmarks/chameleon.py [--quick] [--layers L1,...] [--models alexnet,vgg16,resnet18]
                                    [--trials 128] [--model-trials-per-task 32] [--seeds 0] [--out results/chameleon]
+                                   [--redo] [--report]
 
 Layers (seed Table 2): best latency, measurements, wall time and search time per strategy; how many
 measurements and how much wall time ``chameleon`` needs to reach the final latency of ``sa`` and of
@@ -12,7 +13,8 @@ Models: every task tuned, the model built with the records and timed, next to un
 Runtime: the seeds' Table 5 (output latency) and Table 6 (optimisation time), laid out the same way.
 Writes ``chameleon.json``, ``claims.md`` (the tables and the seeds' claims, per layer and pooled; ``--report``
 rewrites it from the JSON alone) and ``chameleon.png``. ``--quick``: L8 with 32 measurements per strategy and
-AlexNet with 8 per task.
+AlexNet with 8 per task. A run already saved with the same budget is kept, not repeated (``--redo`` runs it
+again and replaces it, for a run that something else on the machine disturbed).
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("results/chameleon"))
     parser.add_argument(
+        "--redo", action="store_true", help="run the selected runs again, replacing saved ones (e.g. a disturbed run)"
+    )
+    parser.add_argument(
         "--report", action="store_true", help="only rewrite OUT/claims.md from OUT/chameleon.json (nothing is tuned)"
     )
     args = parser.parse_args(argv)
@@ -90,7 +95,7 @@ def run_layers(args, names, seeds, measurer, target, payload: dict, save) -> dic
         for spec in names:
             kept = [run for run in runs.get(spec, []) if run.get("trials") == args.trials and run["seed"] not in seeds]
             for seed in seeds:
-                run = saved_run(saved, layer, spec, seed, args.trials)
+                run = None if args.redo else saved_run(saved, layer, spec, seed, args.trials)
                 if run is None:
                     work_dir = args.out / "work" / task.name / spec.replace("+", "_") / f"seed{seed}"
                     run = run_strategy([task], spec, seed, args.trials, args.batch_size, work_dir, measurer,
@@ -128,7 +133,7 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
             row[label] = measure_latency(session.timer(inputs), config).median_ms
         for name in names:
             for seed in seeds:
-                if any(run["seed"] == seed for run in row["strategies"].get(name, [])):
+                if not args.redo and any(run["seed"] == seed for run in row["strategies"].get(name, [])):
                     console.log(f"{model_name} {name} seed {seed}: kept from the saved JSON")
                     continue
                 work_dir = args.out / "work" / model_name / name.replace("+", "_") / f"seed{seed}"
@@ -139,7 +144,8 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
                 summary["batches_per_task"] = [task["batches"] for task in summary["tasks"]]
                 summary["untuned_tasks"] = sum(1 for task in summary["tasks"] if task["best_ms"] is None)
                 del summary["tasks"]
-                row["strategies"].setdefault(name, []).append(summary)
+                others = [run for run in row["strategies"].get(name, []) if run["seed"] != seed]
+                row["strategies"][name] = sorted([*others, summary], key=lambda run: run["seed"])
                 save()
     return results
 
