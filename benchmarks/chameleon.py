@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -283,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     payload.setdefault("invocations", []).append({k: str(v) for k, v in vars(args).items()})
 
     def save() -> None:
-        path.write_text(json.dumps(payload, indent=1))
+        scratch = path.with_suffix(".json.partial")  # replaced in one step: a kill mid-write keeps the old JSON
+        scratch.write_text(json.dumps(payload, indent=1))
+        os.replace(scratch, path)
 
     layers = run_layers(args, names, seeds, measurer, target, payload, save)
     models = run_models(args, names, seeds, measurer, target, payload, save)
