@@ -157,7 +157,7 @@ def reach_ratio(runs: dict[str, list[dict]], baseline: str, subject: str, goal_f
 
 def ratios(measurement_ratios: list[float], time_ratios: list[float], pairs: int) -> dict:
     """A claim's per-seed ratios, their spreads, and in how many of ``pairs`` seed pairs they exist."""
-    return {"measurement_ratios": measurement_ratios, "time_ratios": time_ratios,
+    return {"measurement_ratios": measurement_ratios, "time_ratios": time_ratios, "pairs": pairs,
             "measurement_ratio": spread(measurement_ratios), "time_ratio": spread(time_ratios),
             "reached": f"{len(measurement_ratios)}/{pairs}"}  # fmt: skip
 
@@ -198,7 +198,7 @@ def pooled_claims(layers: dict[str, dict]) -> dict[str, dict]:
             into = pooled.setdefault(label, {"measurement_ratios": [], "time_ratios": [], "pairs": 0})
             into["measurement_ratios"] += claim["measurement_ratios"]
             into["time_ratios"] += claim["time_ratios"]
-            into["pairs"] += int(claim["reached"].split("/")[1])
+            into["pairs"] += claim["pairs"]
     return {label: ratios(p["measurement_ratios"], p["time_ratios"], p["pairs"]) for label, p in pooled.items()}
 
 
