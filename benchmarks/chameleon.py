@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile import backends
+from rlcompile import atomic, backends
 from rlcompile.backends.tvm import TvmSession
 from rlcompile.kernel.artifact import build_executable
 from rlcompile.kernel.experiments import (
@@ -285,9 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         for result in payload.get("layers", {}).values():  # derived from the runs, for every layer alike
             result.pop("chameleon_vs", None)  # earlier invocations' comparison (the baseline had to reach it exactly)
             result["claims"] = seed_claims(result["runs"])
-        scratch = path.with_suffix(".json.partial")  # replaced in one step: a kill mid-write keeps the old JSON
-        scratch.write_text(json.dumps(payload, indent=1))
-        os.replace(scratch, path)
+        atomic.write_json(path, payload, indent=1)  # a kill mid-write keeps the old JSON
 
     layers = run_layers(args, names, seeds, measurer, target, payload, save)
     models = run_models(args, names, seeds, measurer, target, payload, save)

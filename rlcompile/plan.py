@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from rlcompile import atomic
 from rlcompile.backends.ort import run_proto
 from rlcompile.errors import RlcompileError
 from rlcompile.layer import libraries
@@ -91,14 +92,8 @@ def save_plan(selection, output: Path, tuning_db: Path | None = None, extra: Map
         "selection": selection.to_dict(),
         **(extra or {}),
     }
-    write_json_atomically(output / MANIFEST, manifest)
+    atomic.write_json(output / MANIFEST, manifest, indent=1)
     return output
-
-
-def write_json_atomically(path: Path, payload: object) -> None:
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text(json.dumps(payload, indent=1))
-    scratch.replace(path)
 
 
 def save_segment(item: CompiledSegment, folder: Path, index: int, tuning_db: Path | None) -> dict:

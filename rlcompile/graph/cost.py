@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +22,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
+from rlcompile import atomic
 from rlcompile.backends.ort import create_session, session_options
 from rlcompile.errors import RlcompileError
 from rlcompile.graph import onnx_graph, regions
@@ -136,11 +135,7 @@ class OperatorCostModel(CostModel):
         """Write the cache atomically (a killed run leaves the previous file intact)."""
         if not self._unsaved:
             return
-        self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-        handle, scratch = tempfile.mkstemp(dir=self.cache_file.parent, suffix=".tmp")
-        with os.fdopen(handle, "w") as file:
-            json.dump(self.costs, file, indent=0, sort_keys=True)
-        os.replace(scratch, self.cache_file)
+        atomic.write_json(self.cache_file, self.costs, indent=0, sort_keys=True)
         self._unsaved = 0
 
 

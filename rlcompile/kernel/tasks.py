@@ -15,13 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import onnx
 
+from rlcompile import atomic
 from rlcompile.errors import RlcompileError
 from rlcompile.models import LoadedModel, load_model
 from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, module_key, tvm
@@ -188,10 +188,7 @@ def extract_tasks_cached(model: LoadedModel, target: tvm.target.Target, cache: P
     tasks = extract_tasks(model, target)
     entries = [{"name": task.name, "label": task.label, "weight": task.weight, "source": task.source,
                 "mod": tvm.ir.save_json(task.mod)} for task in tasks]  # fmt: skip
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    scratch = cache.with_name(cache.name + ".tmp")
-    scratch.write_text(json.dumps({"key": key, "tasks": entries}))
-    os.replace(scratch, cache)
+    atomic.write_json(cache, {"key": key, "tasks": entries})
     return tasks
 
 

@@ -19,7 +19,6 @@ makes): a record from another CPU is refused.
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlcompile.atomic import replacing
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel.space import Config, KnobSpace
 
@@ -83,10 +83,9 @@ def save_agent(work_dir: Path, task_key: str, space: KnobSpace, strategy: str, t
     import torch
 
     path = agent_path(work_dir, task_key)
-    path.parent.mkdir(exist_ok=True)
-    partial = path.with_suffix(".partial")
-    torch.save({"signature": space_signature(space), "strategy": strategy, "trials": trials, "state": state}, partial)
-    os.replace(partial, path)
+    with replacing(path) as scratch:
+        torch.save({"signature": space_signature(space), "strategy": strategy, "trials": trials, "state": state},
+                   scratch)  # fmt: skip
 
 
 def load_agent(path: Path) -> dict | None:

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from rlcompile import atomic
 from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.measure import environment
 
@@ -54,9 +55,7 @@ def set_aside_corrupt_lines(path: Path) -> int:
         return 0
     with (path.parent / f"{path.name}.corrupt").open("ab") as aside:
         aside.writelines(bad)
-    repaired = path.with_name(f"{path.name}.repairing")
-    repaired.write_bytes(b"".join(good))
-    os.replace(repaired, path)
+    atomic.write_bytes(path, b"".join(good))
     return len(bad)
 
 

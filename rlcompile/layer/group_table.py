@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from rlcompile import atomic
 from rlcompile.backends.ort import OrtBackend
 from rlcompile.errors import ModelError
 from rlcompile.layer import libraries
@@ -193,9 +194,7 @@ def read_checkpoint(path: Path | None) -> tuple[dict, dict]:
 
 def write_checkpoint(path: Path | None, standalone: dict, rejected: dict) -> None:
     if path is not None:
-        scratch = path.with_name(path.name + ".tmp")
-        scratch.write_text(json.dumps({"standalone": standalone, "rejected": rejected}))
-        scratch.replace(path)
+        atomic.write_json(path, {"standalone": standalone, "rejected": rejected})
 
 
 def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | None = None) -> tuple[dict, dict]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from rlcompile import atomic
 from rlcompile.layer import primitives
 from rlcompile.layer.network import Edge, Network
 from rlcompile.measure import MeasureConfig, cpu_model, environment, measure_latency
@@ -105,11 +104,7 @@ def load_or_profile(model: LoadedModel, network: Network, path: Path, progress: 
 
 
 def save_table(table: LookupTable, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, scratch = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(handle, "w") as file:
-        json.dump(table.to_json(), file, indent=1)
-    os.replace(scratch, path)
+    atomic.write_json(path, table.to_json(), indent=1)
 
 
 def profile(network: Network, progress: Progress = lambda m: None, timing: MeasureConfig = LAYER_TIMING) -> LookupTable:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rlcompile import atomic
 from rlcompile.errors import ModelError, RlcompileError
 from rlcompile.layer.selection import Selection
 from rlcompile.locks import exclusive
@@ -23,7 +24,7 @@ from rlcompile.models import Shape, load_model
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.optimize.budget import DEFAULT_BUDGET_S, LEVELS, Budget
 from rlcompile.optimize.stages import StageSettings, graph_stage, kernel_stage, layer_stage
-from rlcompile.plan import MANIFEST, fingerprint, is_plan_dir, save_plan, write_json_atomically
+from rlcompile.plan import MANIFEST, fingerprint, is_plan_dir, save_plan
 
 WORK = "work"
 STATE = "state.json"
@@ -88,7 +89,7 @@ class RunState:
         self.save()
 
     def save(self) -> None:
-        write_json_atomically(self.path, self.data)
+        atomic.write_json(self.path, self.data, indent=1)
 
 
 def optimize(request: OptimizeRequest, progress: Progress = lambda message: None) -> OptimizeResult:

@@ -11,7 +11,6 @@ inference-time optimisation cost, reported apart from training.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
+from rlcompile.atomic import replacing
 from rlcompile.errors import RlcompileError
 from rlcompile.graph.agents.gnn import GraphEncoder, to_data
 from rlcompile.graph.cost import CostModel
@@ -245,12 +245,10 @@ def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float =
 def save_training_state(path: Path, identity: dict, policy: nn.Module, optimizer, generator: torch.Generator,
                         counters: dict) -> None:  # fmt: skip
     """Everything :func:`train` needs to carry on, written to a scratch file and renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    torch.save({"identity": identity, "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
-                "torch_rng": torch.get_rng_state(), "generator": generator.get_state(), "counters": counters},
-               scratch)  # fmt: skip
-    os.replace(scratch, path)
+    with replacing(path) as scratch:
+        torch.save({"identity": identity, "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
+                    "torch_rng": torch.get_rng_state(), "generator": generator.get_state(), "counters": counters},
+                   scratch)  # fmt: skip
 
 
 def load_training_state(path: Path, identity: dict, policy: nn.Module, optimizer, generator: torch.Generator,

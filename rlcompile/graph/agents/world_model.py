@@ -23,7 +23,6 @@ and its prediction error on held-out random rollouts.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,7 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
+from rlcompile.atomic import replacing
 from rlcompile.errors import RlcompileError
 from rlcompile.graph.agents.gnn import GraphEncoder, to_data
 from rlcompile.graph.agents.ppo import HierarchicalPolicy, PPOConfig, Step, update
@@ -397,10 +397,8 @@ def fit(env: GraphEnv, config: WorldModelConfig, seed: int, time_limit_s: float,
 
 def save_rollouts(path: Path | None, identity: dict, rollouts: list[Rollout]) -> None:
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_name(path.name + ".tmp")
-        torch.save({"identity": identity, "rollouts": rollouts}, scratch)
-        os.replace(scratch, path)
+        with replacing(path) as scratch:
+            torch.save({"identity": identity, "rollouts": rollouts}, scratch)
 
 
 def load_rollouts(path: Path | None, identity: dict) -> list[Rollout] | None:
