@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,16 +72,15 @@ def one_run(args: argparse.Namespace, pool: str) -> dict:
             "batch_done_s": batches}  # fmt: skip
 
 
+SUMMARY_KEYS = ("first_measurement_s", "per_minute_overall", "per_minute_after_first", "total_s")
+
+
 def summarise(runs: list[dict], pools: list[str]) -> dict:
-    keys = ("first_measurement_s", "per_minute_overall", "per_minute_after_first", "total_s")
-    summary = {}
-    for pool in pools:
-        mine = [r for r in runs if r["pool"] == pool]
-        summary[pool] = {}
-        for key in keys:
-            values = [r[key] for r in mine if r[key] is not None] or [math.nan]
-            summary[pool][key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
-    return summary
+    """Per pool and key, the median and range over the runs (None where no run got that far)."""
+    from rlcompile.kernel.experiments import spread
+
+    return {pool: {key: spread([r[key] for r in runs if r["pool"] == pool]) for key in SUMMARY_KEYS}
+            for pool in pools}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args)
         return 0
+    from rlcompile import atomic
+    from rlcompile.kernel.experiments import show_spread
     from rlcompile.measure import environment
 
     pools = args.pools.split(",")
@@ -103,14 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             summary = summarise(runs, pools[: len({r['pool'] for r in runs})])
             payload = {"benchmark": "tune_throughput", "args": {k: str(v) for k, v in vars(args).items()},
                        "environment": environment(), "runs": runs, "summary": summary}  # fmt: skip
-            (args.out / "tune_throughput.json").write_text(json.dumps(payload, indent=1))
+            atomic.write_json(args.out / "tune_throughput.json", payload, indent=1)
     table = Table(title=f"rlcompile tune {args.model} --strategy {args.strategy} --trials {args.trials}, "
                   f"median (range) of {args.repeats} fresh runs")  # fmt: skip
     for column in ("build pool", "first measurement s", "measurements/min overall", "after first batch", "total s"):
         table.add_column(column, justify="right")
-    keys = ("first_measurement_s", "per_minute_overall", "per_minute_after_first", "total_s")
     for pool, row in summary.items():
-        table.add_row(pool, *(f"{row[k]['median']:.1f} ({row[k]['min']:.1f}-{row[k]['max']:.1f})" for k in keys))
+        table.add_row(pool, *(show_spread(row[key], ".1f") for key in SUMMARY_KEYS))
     console.print(table)
     return 0
 
