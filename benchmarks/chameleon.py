@@ -11,6 +11,8 @@ measurements and how much wall time ``chameleon`` needs to reach the final laten
 (seed Figure 5) and measurements per iteration with and without adaptive sampling (Figure 6).
 Models: every task tuned, the model built with the records and timed, next to untuned TVM and ONNX
 Runtime: the seeds' Table 5 (output latency) and Table 6 (optimisation time), laid out the same way.
+Once a model's runs are in, every strategy's builds are timed again alternately with two identical ONNX
+Runtime sessions: the ratio to ORT native, and the two sessions' difference as the noise of that ratio.
 Writes ``chameleon.json``, ``claims.md`` (the tables and the seeds' claims, per layer and pooled; ``--report``
 rewrites it from the JSON alone) and ``chameleon.png``. ``--quick``: L8 with 32 measurements per strategy and
 AlexNet with 8 per task. A run already saved with the same budget is kept, not repeated (``--redo`` runs it
@@ -44,7 +46,7 @@ from rlcompile.kernel.experiments import (
 )
 from rlcompile.kernel.tasks import SEED_LAYERS, extract_tasks, seed_layer
 from rlcompile.kernel.workdir import WorkDir
-from rlcompile.measure import DEFAULT, QUICK, environment, measure_latency
+from rlcompile.measure import DEFAULT, QUICK, environment, measure_alternating, measure_latency
 from rlcompile.models import load_model
 from rlcompile.report.plots import tuning_curves
 from rlcompile.tvm_bridge import tvm
@@ -109,9 +111,39 @@ def run_layers(args, names, seeds, measurer, target, payload: dict, save) -> dic
     return results
 
 
-def time_model(executable, model, device, config) -> float:
-    session = TvmSession(executable, device, [spec.name for spec in model.inputs], 0.0)
-    return measure_latency(session.timer(model.random_inputs()), config).median_ms
+def time_model(executable, model, config) -> float:
+    return measure_latency(tvm_timer(executable, model, model.random_inputs()), config).median_ms
+
+
+def tvm_timer(executable, model, inputs):
+    return TvmSession(executable, tvm.cpu(0), [spec.name for spec in model.inputs], 0.0).timer(inputs)
+
+
+def time_beside_ort(model_name: str, model, row: dict, target, config) -> None:
+    """Every tuned build timed alternately with two ONNX Runtime sessions of the original, per strategy.
+
+    The ratio to ORT native is what a user gets; the two ORT sessions are identical, so their ratio is
+    the noise of the comparison (``ort_noise``). Untuned TVM is a group of its own. Builds come from
+    the runs' records (the work directories are kept), so timing again needs no tuning again.
+    """
+    inputs, ort = model.random_inputs(), backends.create("ort")
+
+    def timers(name: str) -> list:  # one group's builds at a time: a VGG-16 build holds 0.5 GB of weights
+        if name == "tvm untuned":
+            return [backends.create("tvm").prepare(model).timer(inputs)]
+        return [tvm_timer(build_executable(model, WorkDir(Path(run["work_dir"]), "llvm"), target), model, inputs)
+                for run in row["strategies"][name]]  # fmt: skip
+
+    row["beside_ort"] = {}
+    for name in ["tvm untuned", *row["strategies"]]:
+        group = timers(name)
+        console.log(f"{model_name}: timing {name} ({len(group)} builds) alternately with ORT native twice")
+        stats = measure_alternating([ort.prepare(model).timer(inputs), ort.prepare(model).timer(inputs), *group],
+                                    config)  # fmt: skip
+        native = stats[0].median_ms
+        row["beside_ort"][name] = {"ort_ms": native, "ort_noise": stats[1].median_ms / native,
+                                   "ms": [item.median_ms for item in stats[2:]],
+                                   "vs_ort": [item.median_ms / native for item in stats[2:]]}  # fmt: skip
 
 
 def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dict:
@@ -122,7 +154,7 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
         model = load_model(model_name)
         tasks = extract_tasks(model, target)
         trials = args.model_trials_per_task * len(tasks)
-        row = results.get(model_name)
+        row, ran = results.get(model_name), False
         if row is None or row.get("trials") != trials:
             row = results[model_name] = {"tasks": len(tasks), "trials": trials, "strategies": {}}
         inputs = model.random_inputs()
@@ -138,13 +170,17 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
                 summary = run_strategy(tasks, name, seed, trials, args.batch_size, work_dir, measurer,
                                        lambda m, model_name=model_name: console.log(f"{model_name} {m}"))  # fmt: skip
                 executable = build_executable(model, WorkDir(work_dir, "llvm"), target)
-                summary["latency_ms"] = time_model(executable, model, tvm.cpu(0), config)
+                summary["latency_ms"] = time_model(executable, model, config)
                 summary["batches_per_task"] = [task["batches"] for task in summary["tasks"]]
                 summary["untuned_tasks"] = sum(1 for task in summary["tasks"] if task["best_ms"] is None)
                 del summary["tasks"]
                 others = [run for run in row["strategies"].get(name, []) if run["seed"] != seed]
                 row["strategies"][name] = sorted([*others, summary], key=lambda run: run["seed"])
+                ran = True
                 save()
+        if ran or "beside_ort" not in row:
+            time_beside_ort(model_name, model, row, target, config)
+            save()
     return results
 
 
@@ -236,18 +272,29 @@ def models_markdown(models: dict) -> list[str]:
             f"(ONNX Runtime {row['onnxruntime']:.2f} ms, TVM untuned {row['tvm untuned']:.1f} ms)",
             "",
         ]
+        beside = row.get("beside_ort", {})
+        if untuned := beside.get("tvm untuned"):
+            lines += [f"Timed alternately with ORT native: untuned TVM {untuned['vs_ort'][0]:.2f}x ORT; two "
+                      f"identical ORT sessions differ by {noise(untuned)}.", ""]  # fmt: skip
         rows = []
         for name, runs in row["strategies"].items():
             latency, wall = spread([r["latency_ms"] for r in runs]), spread([r["wall_seconds"] for r in runs])
+            group = beside.get(name)
             rows.append([name, str(len(runs)), show_spread(latency), show_spread(wall, ".0f"),
-                         f"{latency['median'] / row['onnxruntime']:.2f}",
+                         show_spread(spread(group["vs_ort"])) if group else "-", noise(group) if group else "-",
                          show_spread(spread([r["search_steps"] for r in runs]), ".0f"),
                          str(max(r["untuned_tasks"] for r in runs)),
                          str(min(min(r["batches_per_task"]) for r in runs))])  # fmt: skip
         lines += markdown_table(["strategy", "seeds", "Table 5: latency ms", "Table 6: optimisation s",
-                                 "latency / ORT", "search steps", "tasks untuned (worst seed)",
+                                 "latency / ORT native, side by side", "ORT vs ORT (noise)",
+                                 "search steps", "tasks untuned (worst seed)",
                                  "fewest batches of a task"], rows)  # fmt: skip
     return lines
+
+
+def noise(group: dict) -> str:
+    """How far apart two identical ORT sessions timed in the same rounds were, in percent."""
+    return f"{abs(group['ort_noise'] - 1) * 100:.1f}%"
 
 
 def markdown_report(payload: dict) -> str:
