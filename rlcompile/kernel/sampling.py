@@ -1,11 +1,16 @@
 """Adaptive sampling and sample synthesis (Chameleon, seed 002 Algorithm 1; RELEASE, seed 000 Algorithm 1).
 
-Instead of measuring a fixed number of the cost model's favourites, cluster the search trajectory with
-k-means for k = 8, 9, ... and stop at the knee of the loss curve (when ``threshold x loss >= previous
-loss``, threshold 2.5); the centroids, snapped to the nearest configuration of the trajectory, are what
-gets measured, so the number of measurements adapts to how spread the trajectory is. A centroid that
-was already measured is replaced by the per-knob mode of the trajectory (sample synthesis: the most
+Instead of measuring a fixed number of the cost model's favourites, cluster the search's candidates
+with k-means for k = 8, 9, ... and stop at the knee of the loss curve (when ``threshold x loss >=
+previous loss``, threshold 2.5); the centroids, snapped to the nearest candidate, are what gets
+measured, so the number of measurements adapts to how spread the candidates are. A centroid that was
+already measured is replaced by the per-knob mode of the candidates (sample synthesis: the most
 frequent value of every knob).
+
+The candidates (the paper's s_Theta) are, as in the authors' code, the ``plan_size`` (64) unmeasured
+points the cost model scores highest (:func:`top_candidates`); ``candidates="trajectory"`` clusters
+every point the search visited instead (this project's first reading of the paper, which puts the
+centroids among mediocre points; the README compares the two).
 
 Knobs are normalised to [0, 1] before clustering. The authors' code clusters only the two knobs with the
 most values and draws the rest at random; ``two_largest_knobs=True`` reproduces that shortcut.
@@ -23,6 +28,8 @@ from rlcompile.kernel.space import Config, KnobSpace
 
 THRESHOLD = 2.5
 K_RANGE = (8, 64)
+PLAN_SIZE = 64
+CANDIDATES = ("top", "trajectory")
 
 
 @dataclass
@@ -41,6 +48,26 @@ def knob_modes(configs: Sequence[Config]) -> Config:
     return tuple(min(Counter(column).most_common(), key=lambda item: (-item[1], item[0]))[0] for column in columns)
 
 
+def check_sampling(sampling: str, candidates: str, plan_size: int) -> tuple[str, str, int]:
+    """A strategy's sampling options, validated (a bad one is a ``ValueError`` naming the choices)."""
+    if sampling not in ("greedy", "adaptive"):
+        raise ValueError(f"sampling must be greedy or adaptive, not {sampling!r}")
+    if candidates not in CANDIDATES:
+        raise ValueError(f"candidates must be {' or '.join(CANDIDATES)}, not {candidates!r}")
+    if int(plan_size) < 1:
+        raise ValueError(f"plan_size must be a positive number, not {plan_size!r}")
+    return sampling, candidates, int(plan_size)
+
+
+def top_candidates(configs: Sequence[Config], scores: Sequence[float], measured, size: int = PLAN_SIZE) -> list[Config]:
+    """The ``size`` distinct unmeasured configurations with the highest predicted scores, best first."""
+    best: dict[Config, float] = {}
+    for config, score in zip(configs, scores, strict=True):
+        if config not in measured and score > best.get(config, -np.inf):
+            best[config] = float(score)
+    return sorted(best, key=lambda config: -best[config])[:size]
+
+
 def adaptive_sample(
     space: KnobSpace,
     trajectory: Sequence[Config],
@@ -50,7 +77,7 @@ def adaptive_sample(
     two_largest_knobs: bool = False,
     seed: int = 0,
 ) -> SamplingResult:
-    """Pick the configurations to measure from a search trajectory (see the module docstring)."""
+    """Pick the configurations to measure from the search's candidates (``trajectory``; see the module docstring)."""
     from sklearn.cluster import KMeans
 
     unique = list(dict.fromkeys(tuple(c) for c in trajectory))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlcompile.kernel.sampling import adaptive_sample, knob_modes
+from rlcompile.kernel.sampling import adaptive_sample, knob_modes, top_candidates
 from rlcompile.kernel.space import KnobSpace
 from tests.kernel.conftest import SMALL_CONV, make_task, tune_context
 
@@ -65,3 +65,11 @@ def test_two_largest_knobs_shortcut_keeps_their_values(space) -> None:
     largest = np.argsort(-space.sizes, kind="stable")[:2]
     pairs = {tuple(config[i] for i in largest) for config in trajectory}
     assert all(tuple(config[i] for i in largest) in pairs for config in result.configs)
+
+
+def test_candidates_are_the_best_scored_unmeasured_points() -> None:
+    configs = [(0, 1), (0, 2), (0, 1), (3, 3), (4, 4), (5, 5)]
+    scores = [0.1, 0.9, 0.5, 0.8, 0.7, 0.95]
+    assert top_candidates(configs, scores, measured={(5, 5)}, size=3) == [(0, 2), (3, 3), (4, 4)]
+    assert top_candidates(configs, scores, measured=set(), size=10)[-1] == (0, 1)  # scored by its best visit
+    assert len(top_candidates(configs, scores, measured=set(), size=10)) == 5

@@ -175,3 +175,15 @@ def test_sampling_option_and_specs() -> None:
         strategies.create("random", sampling="adaptive")
     with pytest.raises(RlcompileError, match="bad option"):
         strategies.create("rl", sampling="sometimes")
+
+
+def test_specs_carry_options_such_as_the_candidate_set() -> None:
+    name, options = strategies.parse_spec("chameleon/candidates=trajectory/plan-size=32")
+    assert (name, options) == ("chameleon", {"candidates": "trajectory", "plan_size": 32})
+    assert strategies.create(name, **options).candidates == "trajectory"
+    assert strategies.parse_spec("sa+adaptive/candidates=top") == ("sa", {"sampling": "adaptive", "candidates": "top"})
+    assert strategies.create("sa", sampling="adaptive").candidates == "top"  # the authors' choice is the default
+    with pytest.raises(RlcompileError, match="option=value"):
+        strategies.parse_spec("sa+adaptive/candidates")
+    with pytest.raises(RlcompileError, match="candidates must be top or trajectory"):
+        strategies.create("chameleon", candidates="everything")

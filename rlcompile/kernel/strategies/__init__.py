@@ -22,9 +22,21 @@ SAMPLING_STRATEGIES = ("sa", "rl", "chameleon")
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
-    """``"sa+adaptive"`` -> ``("sa", {"sampling": "adaptive"})``: how benchmarks name ablations."""
-    name, _, sampling = spec.partition("+")
-    return name, ({"sampling": sampling} if sampling else {})
+    """How benchmarks name ablations: ``name[+sampling][/option=value...]``.
+
+    ``"sa+adaptive"`` -> ``("sa", {"sampling": "adaptive"})``;
+    ``"chameleon/candidates=trajectory"`` -> ``("chameleon", {"candidates": "trajectory"})``;
+    whole numbers become ints. A malformed option is an :class:`RlcompileError`.
+    """
+    head, *pairs = spec.split("/")
+    name, _, sampling = head.partition("+")
+    options: dict = {"sampling": sampling} if sampling else {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not key or not equals:
+            raise RlcompileError(f"bad strategy option {pair!r} in {spec!r}; write option=value")
+        options[key.replace("-", "_")] = int(value) if value.isdigit() else value
+    return name, options
 
 
 def create(name: str, seed: int = 0, **options) -> SearchStrategy:

@@ -5,7 +5,8 @@ chains; up to 500 iterations, stopping early when the best-scored set has not ch
 sets one random knob to a random other value; a move is accepted with probability
 exp(min((new - old) / (t + 1e-5), 1)), the temperature cooling linearly from 1 to 0. The best-scored
 unmeasured points form the batch, whose last 5% is replaced by random points (epsilon-greedy). Until the
-cost model has been trained, batches are random, as in AutoTVM.
+cost model has been trained, batches are random, as in AutoTVM. With ``sampling="adaptive"`` (the
+seeds' "SA + AS") the batch is the k-means centroids of the 64 best-scored points instead.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import heapq
 
 import numpy as np
 
-from rlcompile.kernel.sampling import adaptive_sample
+from rlcompile.kernel.sampling import PLAN_SIZE, adaptive_sample, check_sampling
 from rlcompile.kernel.space import Config, with_knob
 from rlcompile.kernel.strategies.base import Proposal, SearchStrategy
 
@@ -31,11 +32,11 @@ class SimulatedAnnealing(SearchStrategy):
         epsilon: float = 0.05,
         temperature: tuple[float, float] = (1.0, 0.0),
         sampling: str = "greedy",
+        candidates: str = "top",
+        plan_size: int = PLAN_SIZE,
     ) -> None:
         super().__init__(seed)
-        if sampling not in ("greedy", "adaptive"):
-            raise ValueError(f"sampling must be greedy or adaptive, not {sampling!r}")
-        self.sampling = sampling
+        self.sampling, self.candidates, self.plan_size = check_sampling(sampling, candidates, plan_size)
         #: Measurements adaptive sampling asked for per batch (Figure 6).
         self.samples_per_batch: list[int] = []
         self.trajectory: list[Config] = []
@@ -53,9 +54,11 @@ class SimulatedAnnealing(SearchStrategy):
             self.stats.steps += 1
             return self.random_proposals(count)
         greedy = max(1, round(count * (1 - self.epsilon)))
-        ranked = self.find_maximums(max(count, greedy))
-        if self.sampling == "adaptive":
-            sample = adaptive_sample(self.context.space, self.trajectory, self.context.measured_configs, self.rng,
+        adaptive = self.sampling == "adaptive"
+        ranked = self.find_maximums(max(count, greedy, self.plan_size if adaptive else 0))
+        if adaptive:
+            candidates = ranked if self.candidates == "top" else self.trajectory
+            sample = adaptive_sample(self.context.space, candidates, self.context.measured_configs, self.rng,
                                      seed=self.seed)  # fmt: skip
             self.samples_per_batch.append(len(sample.configs))
             return self.realise(sample.configs, count)

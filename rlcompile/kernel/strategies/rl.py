@@ -9,8 +9,8 @@ random starting points; an episode ends when at least 75% of the knobs "stay" or
 the same task, which is where the seeds' "fewer search steps than simulated annealing" comes from.
 
 Every configuration the episodes visit forms the trajectory; the batch to measure is either the best
-unmeasured points by predicted score (``sampling="greedy"``) or the k-means centroids of the trajectory
-(``sampling="adaptive"``, see ``rlcompile.kernel.sampling``): ``chameleon`` is ``rl`` with adaptive
+unmeasured points by predicted score (``sampling="greedy"``) or the k-means centroids of the 64 best of
+them (``sampling="adaptive"``, see ``rlcompile.kernel.sampling``): ``chameleon`` is ``rl`` with adaptive
 sampling. Hyper-parameters are the seeds' (Chameleon Table 9): Adam 1e-3, gamma 0.9, GAE lambda 0.99,
 3 epochs, clip 0.3, value coefficient 1.0, entropy coefficient 0.1, 128 episodes, 500 steps.
 """
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcompile.kernel.sampling import adaptive_sample
+from rlcompile.kernel.sampling import PLAN_SIZE, adaptive_sample, check_sampling, top_candidates
 from rlcompile.kernel.space import Config
 from rlcompile.kernel.strategies.base import Proposal, SearchContext, SearchStrategy
 
@@ -63,11 +63,11 @@ class PPOSearch(SearchStrategy):
         converged_fraction: float = 0.75,
         minibatches: int = 4,
         two_largest_knobs: bool = False,
+        candidates: str = "top",
+        plan_size: int = PLAN_SIZE,
     ) -> None:
         super().__init__(seed)
-        if sampling not in ("greedy", "adaptive"):
-            raise ValueError(f"sampling must be greedy or adaptive, not {sampling!r}")
-        self.sampling = sampling
+        self.sampling, self.candidates, self.plan_size = check_sampling(sampling, candidates, plan_size)
         self.episodes, self.max_steps = episodes, max_steps
         self.learning_rate, self.gamma, self.gae_lambda = learning_rate, gamma, gae_lambda
         self.epochs, self.clip, self.minibatches = epochs, clip, minibatches
@@ -100,7 +100,10 @@ class PPOSearch(SearchStrategy):
             return self.random_proposals(count)
         trajectory, scores = self.search()
         if self.sampling == "adaptive":
-            sample = adaptive_sample(self.context.space, trajectory, self.context.measured_configs, self.rng,
+            measured = self.context.measured_configs
+            top = self.candidates == "top"
+            candidates = top_candidates(trajectory, scores, measured, self.plan_size) if top else trajectory
+            sample = adaptive_sample(self.context.space, candidates, measured, self.rng,
                                      two_largest_knobs=self.two_largest_knobs, seed=self.seed)  # fmt: skip
             self.samples_per_batch.append(len(sample.configs))
             return self.realise(sample.configs, count)
