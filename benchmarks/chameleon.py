@@ -78,6 +78,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def folder_name(spec: str) -> str:
+    """A strategy spec as one folder name: ``sa+adaptive/candidates=top`` -> ``sa_adaptive_candidates=top``."""
+    return spec.replace("+", "_").replace("/", "_")
+
+
 def saved_run(saved: dict, layer: str, spec: str, seed: int, trials: int) -> dict | None:
     """A finished run of an earlier invocation (same layer, strategy, seed and budget), to keep as it is."""
     for run in saved.get("layers", {}).get(layer, {}).get("runs", {}).get(spec, []):
@@ -99,7 +104,7 @@ def run_layers(args, names, seeds, measurer, target, payload: dict, save) -> dic
             for seed in seeds:
                 run = None if args.redo else saved_run(saved, layer, spec, seed, args.trials)
                 if run is None:
-                    work_dir = args.out / "work" / task.name / spec.replace("+", "_") / f"seed{seed}"
+                    work_dir = args.out / "work" / task.name / folder_name(spec) / f"seed{seed}"
                     run = run_strategy([task], spec, seed, args.trials, args.batch_size, work_dir, measurer,
                                        lambda m, layer=layer: console.log(f"{layer} {m}"))  # fmt: skip
                     run["trials"] = args.trials
@@ -166,7 +171,7 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
                 if not args.redo and any(run["seed"] == seed for run in row["strategies"].get(name, [])):
                     console.log(f"{model_name} {name} seed {seed}: kept from the saved JSON")
                     continue
-                work_dir = args.out / "work" / model_name / name.replace("+", "_") / f"seed{seed}"
+                work_dir = args.out / "work" / model_name / folder_name(name) / f"seed{seed}"
                 summary = run_strategy(tasks, name, seed, trials, args.batch_size, work_dir, measurer,
                                        lambda m, model_name=model_name: console.log(f"{model_name} {m}"))  # fmt: skip
                 executable = build_executable(model, WorkDir(work_dir, "llvm"), target)
@@ -234,6 +239,13 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def table_order(spec: str) -> tuple[int, str]:
+    """The seeds' strategies in their order, each variant (``chameleon/candidates=...``) after its base."""
+    base = spec.split("/")[0]
+    order = STRATEGIES.split(",")
+    return (order.index(base) if base in order else len(order), spec)
+
+
 def layers_markdown(layers: dict) -> list[str]:
     """Per layer: the strategy table and the claims; then every claim pooled over all layers and seeds."""
     lines = []
@@ -243,7 +255,7 @@ def layers_markdown(layers: dict) -> list[str]:
         lines += ["", f"### {layer}: {result['label']} ({seeds} seeds, {runs[next(iter(runs))][0]['trials']} "
                   "measurements each)", ""]  # fmt: skip
         rows = []
-        for strategy in runs:
+        for strategy in sorted(runs, key=table_order):
             row = strategy_row(runs, strategy)
             rows.append([strategy, *(row[key] if spec is None else show_spread(row[key], spec)
                                      for _, key, spec in LAYER_COLUMNS)])  # fmt: skip
