@@ -167,6 +167,20 @@ def test_chameleon_measures_what_adaptive_sampling_asks_for(task, space, tmp_pat
     assert strategy.samples_per_batch and len(proposals) <= strategy.samples_per_batch[-1] <= 63
 
 
+@pytest.mark.parametrize("name", ["sa", "chameleon"])
+def test_an_adaptive_sample_with_nothing_new_falls_back_instead_of_ending_the_task(name, task, space, tmp_path):
+    context = new_context(task, space, tmp_path)
+    strategy = strategies.create(name, seed=0, sampling="adaptive")
+    strategy.prepare(context)
+    record(context, strategy, strategy.propose(8))
+    rng = np.random.default_rng(1)
+    drawn = [space.random_config(rng) for _ in range(50)]
+    ranked = [config for config in drawn if config not in context.measured_configs]
+    fallback = strategy.realise_sample([], ranked, 4)  # the sample had nothing new to measure
+    assert len(fallback) == 4 and not any(context.is_measured(p.key) for p in fallback)
+    assert len(strategy.realise_sample([], [], 4)) == 4  # nothing ranked either: random points
+
+
 def test_sampling_option_and_specs() -> None:
     assert strategies.parse_spec("sa+adaptive") == ("sa", {"sampling": "adaptive"})
     assert strategies.parse_spec("rl") == ("rl", {})

@@ -61,7 +61,7 @@ class SimulatedAnnealing(SearchStrategy):
             sample = adaptive_sample(self.context.space, candidates, self.context.measured_configs, self.rng,
                                      seed=self.seed)  # fmt: skip
             self.samples_per_batch.append(len(sample.configs))
-            return self.realise(sample.configs, count)
+            return self.realise_sample(sample.configs, ranked, count)
         taken: set[str] = set()
         proposals = self.realise(ranked, greedy, taken)
         return proposals + self.random_proposals(count - len(proposals), taken)

@@ -141,6 +141,12 @@ class SearchStrategy(ABC):
             proposals.append(proposal)
         return proposals
 
+    def realise_sample(self, sample: Iterable[Config], ranked: Iterable[Config], count: int) -> list[Proposal]:
+        """Adaptive sampling's picks as proposals; when none survives (every centroid invalid or already
+        measured under another knob vector), the best-ranked points, then random ones: an empty batch
+        would end the task's tuning early."""
+        return self.realise(sample, count) or self.realise(ranked, count) or self.random_proposals(count)
+
     def random_configs(self, count: int) -> list[Config]:
         return [self.context.space.random_config(self.rng) for _ in range(count)]
 

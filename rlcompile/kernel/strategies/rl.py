@@ -106,7 +106,7 @@ class PPOSearch(SearchStrategy):
             sample = adaptive_sample(self.context.space, candidates, measured, self.rng,
                                      two_largest_knobs=self.two_largest_knobs, seed=self.seed)  # fmt: skip
             self.samples_per_batch.append(len(sample.configs))
-            return self.realise(sample.configs, count)
+            return self.realise_sample(sample.configs, top_candidates(trajectory, scores, measured), count)
         order = np.argsort(-scores, kind="stable")
         ranked = (trajectory[i] for i in order if trajectory[i] not in self.context.measured_configs)
         return self.realise(ranked, count)
