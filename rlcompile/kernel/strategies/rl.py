@@ -101,12 +101,12 @@ class PPOSearch(SearchStrategy):
         trajectory, scores = self.search()
         if self.sampling == "adaptive":
             measured = self.context.measured_configs
-            top = self.candidates == "top"
-            candidates = top_candidates(trajectory, scores, measured, self.plan_size) if top else trajectory
+            ranked = top_candidates(trajectory, scores, measured, self.plan_size)
+            candidates = ranked if self.candidates == "top" else trajectory
             sample = adaptive_sample(self.context.space, candidates, measured, self.rng,
                                      two_largest_knobs=self.two_largest_knobs, seed=self.seed)  # fmt: skip
             self.samples_per_batch.append(len(sample.configs))
-            return self.realise_sample(sample.configs, top_candidates(trajectory, scores, measured), count)
+            return self.realise_sample(sample.configs, ranked, count)
         order = np.argsort(-scores, kind="stable")
         ranked = (trajectory[i] for i in order if trajectory[i] not in self.context.measured_configs)
         return self.realise(ranked, count)
