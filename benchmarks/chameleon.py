@@ -341,7 +341,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         for result in payload.get("layers", {}).values():  # derived from the runs, for every layer alike
-            result.pop("chameleon_vs", None)  # earlier invocations' comparison (the baseline had to reach it exactly)
             result["claims"] = seed_claims(result["runs"])
         atomic.write_json(path, payload, indent=1)  # a kill mid-write keeps the old JSON
 
