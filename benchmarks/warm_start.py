@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from rlcompile import atomic
 from rlcompile.kernel import strategies
 from rlcompile.kernel.experiments import WITHIN, first_within, run_strategy, setup, show
 from rlcompile.kernel.tasks import seed_layer
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     console.log(f"warm start: {warm.samples} measurements from {args.sources}")
     path = args.out / "warm_start.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
-    same = saved.get("args", {}).get("sources") == args.sources and saved["args"].get("trials") == str(args.trials)
+    experiment = {key: str(getattr(args, key)) for key in ("sources", "strategy", "trials", "source_trials")}
+    same = all(saved.get("args", {}).get(key) == value for key, value in experiment.items())
     results: dict = saved.get("layers", {}) if same else {}  # runs of the same experiment are kept, not repeated
     for layer in args.targets.split(","):
         task = seed_layer(layer, target)
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"seed": seed, **summarise(runs["cold"], runs["warm"], args.batch_size), "runs": runs})
             payload = {"benchmark": "warm_start", "args": {k: str(v) for k, v in vars(args).items()},
                        "environment": environment(), "layers": results}  # fmt: skip
-            path.write_text(json.dumps(payload, indent=1))
+            atomic.write_json(path, payload, indent=1)
     table = Table(title=f"{args.strategy}, {args.trials} measurements, warm-started from {args.sources} "
                   f"({warm.samples} measurements); median over seeds {seeds}")  # fmt: skip
     for column in ("layer", "prior samples", "first batch cold ms", "first batch warm ms", "final cold ms",
