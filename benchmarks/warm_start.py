@@ -8,7 +8,8 @@ tuned from scratch twice per seed, cold and warm-started from every source direc
 alternating which goes first. Seeds already in the JSON for the same sources and budget are kept, so
 more seeds can be added later (``--seeds 0,1,2,3``). The targets are layers the sources never saw (by
 default ResNet-18's convolutions, warm-started from AlexNet's and VGG-16's). Reported per target: the
-best after the first batch and at the end, and the measurements each needs to come within 5% of the
+best after the first ``--batch-size`` measurements (one batch; about two where adaptive sampling makes
+batches smaller) and at the end, and the measurements each needs to come within 5% of the
 cold run's final best. A target whose design space matches no source's structure gets no prior (0
 samples): its "warm" run is a second cold run, i.e. the noise of identical runs.
 Output: ``warm_start.json`` (rewritten after every run).
