@@ -66,10 +66,19 @@ def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch
         "samples_per_batch": [s for state in states for s in getattr(state.strategy, "samples_per_batch", [])],
         "tasks": [state.summary() for state in states],
     }
-    best = [task["best_ms"] for task in summary["tasks"] if task["best_ms"]]
-    log(f"{spec} seed {seed}: {summary['measurements']} measurements, best {min(best, default=math.nan):.4f} ms, "
+    log(f"{spec} seed {seed}: {summary['measurements']} measurements, {describe_best(summary['tasks'])}, "
         f"search {summary['search_seconds']:.1f} s, total {summary['wall_seconds']:.0f} s")  # fmt: skip
     return summary
+
+
+def describe_best(tasks: list[dict]) -> str:
+    """One task: its best latency; several (a model): the calls-weighted sum of the tuned tasks' bests, the
+    kernels' share of an end-to-end estimate, and how many tasks have a valid schedule at all."""
+    if len(tasks) == 1:
+        return f"best {tasks[0]['best_ms'] or math.nan:.4f} ms"
+    tuned = [task for task in tasks if task["best_ms"]]
+    weighted = sum(task["weight"] * task["best_ms"] for task in tuned)
+    return f"tuned kernels {weighted:.3f} ms weighted ({len(tuned)} of {len(tasks)} tasks tuned)"
 
 
 def first_within(history: list[dict], threshold_ms: float) -> tuple[int | None, float | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlcompile.kernel.experiments import (
     compare_to_reference,
+    describe_best,
     first_within,
     history_panels,
     pooled_claims,
@@ -84,3 +85,9 @@ def test_strategy_row_measures_against_evolutionarys_final_seed_by_seed() -> Non
     assert row["steps_per_iteration"]["median"] == 5.0
     assert strategy_row(runs, "evolutionary")["steps_per_iteration"] is None
     assert show_spread(row["best_ms"], ".2f") == "1.04" and show_spread(spread([1.0, 3.0, 2.0])) == "2.00 (1.00-3.00)"
+
+
+def test_describe_best_weights_a_models_tasks_by_their_calls() -> None:
+    assert describe_best([{"best_ms": 0.5, "weight": 1}]) == "best 0.5000 ms"
+    tasks = [{"best_ms": 0.5, "weight": 2}, {"best_ms": 1.0, "weight": 1}, {"best_ms": None, "weight": 4}]
+    assert describe_best(tasks) == "tuned kernels 2.000 ms weighted (2 of 3 tasks tuned)"
