@@ -35,6 +35,7 @@ from rlcompile.backends.tvm import TvmSession
 from rlcompile.kernel.artifact import build_executable
 from rlcompile.kernel.experiments import (
     history_panels,
+    per_iteration,
     pooled_claims,
     run_strategy,
     seed_claims,
@@ -296,13 +297,21 @@ def models_markdown(models: dict) -> list[str]:
             rows.append([name, str(len(runs)), show_spread(latency), show_spread(wall, ".0f"),
                          show_spread(spread(group["vs_ort"])) if group else "-", noise(group) if group else "-",
                          show_spread(spread([r["search_steps"] for r in runs]), ".0f"),
+                         "-" if name == "evolutionary" else iterations_cell(runs, "search_steps", ".0f"),
+                         iterations_cell(runs, "measurements", ".1f"),
                          str(max(r["untuned_tasks"] for r in runs)),
                          str(min(fewest_batches(r) for r in runs))])  # fmt: skip
         lines += markdown_table(["strategy", "seeds", "Table 5: latency ms", "Table 6: optimisation s",
                                  "latency / ORT native, side by side", "ORT vs ORT (noise)",
-                                 "search steps", "tasks untuned (worst seed)",
+                                 "search steps", "search steps / iteration", "measurements / iteration",
+                                 "tasks untuned (worst seed)",
                                  "fewest batches of a task with candidates left"], rows)  # fmt: skip
     return lines
+
+
+def iterations_cell(runs: list[dict], key: str, spec: str) -> str:
+    """Figures 5 and 6 for a model: ``key`` per batch, median (range) over seeds."""
+    return show_spread(spread([per_iteration(run, key) for run in runs]), spec)
 
 
 def fewest_batches(run: dict) -> int:

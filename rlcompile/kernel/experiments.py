@@ -141,8 +141,10 @@ def final_ms(run: dict) -> float | None:
 
 
 def per_iteration(run: dict, key: str) -> float:
-    """``search_steps`` or ``measurements`` of a single-task run per search iteration (batch)."""
-    return run[key] / max(run["tasks"][0]["batches"], 1)
+    """``search_steps`` or ``measurements`` of a run per search iteration (batch); a model run's
+    iterations are every task's batches (``batches_per_task``, saved in place of the tasks)."""
+    batches = sum(run["batches_per_task"]) if "batches_per_task" in run else run["tasks"][0]["batches"]
+    return run[key] / max(batches, 1)
 
 
 def reach_ratio(runs: dict[str, list[dict]], baseline: str, subject: str, goal_from: str) -> dict:

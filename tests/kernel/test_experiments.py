@@ -7,6 +7,7 @@ from rlcompile.kernel.experiments import (
     describe_best,
     first_within,
     history_panels,
+    per_iteration,
     pooled_claims,
     reach_ratio,
     seed_claims,
@@ -91,3 +92,9 @@ def test_describe_best_weights_a_models_tasks_by_their_calls() -> None:
     assert describe_best([{"best_ms": 0.5, "weight": 1}]) == "best 0.5000 ms"
     tasks = [{"best_ms": 0.5, "weight": 2}, {"best_ms": 1.0, "weight": 1}, {"best_ms": None, "weight": 4}]
     assert describe_best(tasks) == "tuned kernels 2.000 ms weighted (2 of 3 tasks tuned)"
+
+
+def test_per_iteration_counts_every_tasks_batches_in_a_model_run() -> None:
+    assert per_iteration(seeded([1.0] * 6, 0, steps=30, batches=3), "search_steps") == 10.0
+    model_run = {"search_steps": 60, "measurements": 48, "batches_per_task": [2, 3, 1]}
+    assert per_iteration(model_run, "search_steps") == 10.0 and per_iteration(model_run, "measurements") == 8.0
