@@ -185,7 +185,7 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
                 row["strategies"][name] = sorted([*others, summary], key=lambda run: run["seed"])
                 ran = True
                 save()
-        if ran or "beside_ort" not in row:
+        if ran or any(name not in row.get("beside_ort", {}) for name in row["strategies"]):
             time_beside_ort(model_name, model, row, target, config)
             save()
     return results
