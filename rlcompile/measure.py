@@ -146,6 +146,50 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: The /proc/cpuinfo flags that change which kernels a compiler emits and how fast they run.
+VECTOR_FLAGS = ("amx_tile", "avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma", "avx", "sse4_2", "neon", "asimd")
+
+
+@functools.cache
+def cpu_signature() -> str:
+    """What tells apart CPUs that share a marketing name (every EPYC under KVM is "AMD EPYC"): vendor,
+    family, model and stepping, and the vector extensions present, e.g. ``AuthenticAMD 25/1/1 avx2 fma avx``.
+
+    A Zen 5 and a Zen 3 both report "AMD EPYC"; only this shows that one has AVX-512 and the other not.
+    """
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if not line.strip():
+                    break  # the first processor describes them all
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}".strip()
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    ident = "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping"))
+    vendor = fields.get("vendor_id") or fields.get("CPU implementer") or platform.machine()
+    return " ".join([vendor, ident, *(flag for flag in VECTOR_FLAGS if flag in flags)])
+
+
+def cpu_identity() -> str:
+    """Name and signature together: what caches of timings are keyed by."""
+    return f"{cpu_model()} | {cpu_signature()}"
+
+
+def cpu_mismatch(saved: dict) -> str | None:
+    """Why a result recorded in environment ``saved`` was not made on this CPU, or None if it was.
+
+    Results recorded before the signature existed carry only the marketing name; that is compared alone.
+    """
+    if saved.get("cpu") != cpu_model():
+        return f"made on {saved.get('cpu')!r}, this CPU is {cpu_model()!r}"
+    if "cpu_signature" in saved and saved["cpu_signature"] != cpu_signature():
+        return f"made on {saved['cpu_signature']!r}, this CPU is {cpu_signature()!r}"
+    return None
+
+
 def package_versions(names: Sequence[str] = RECORDED_PACKAGES) -> dict[str, str | None]:
     """Installed versions of the given distributions (``None`` when absent)."""
     versions: dict[str, str | None] = {}
@@ -161,6 +205,7 @@ def environment(threads: int | None = None) -> dict:
     """Metadata stored with every result: machine, thread count and library versions."""
     return {
         "cpu": cpu_model(),
+        "cpu_signature": cpu_signature(),
         "cores": host_cores(),
         "threads": threads if threads is not None else host_cores(),
         "machine": platform.machine(),

@@ -34,7 +34,7 @@ from rlcompile.backends.ort import run_proto
 from rlcompile.errors import RlcompileError
 from rlcompile.layer import libraries
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
-from rlcompile.measure import cpu_model, environment, package_versions
+from rlcompile.measure import cpu_mismatch, environment, package_versions
 from rlcompile.models.onnx_model import LoadedModel, TensorSpec, first_line
 
 MANIFEST = "manifest.json"
@@ -145,8 +145,8 @@ class LoadedPlan:
 def check_machine(record: dict, path: Path, packages: Sequence[str] = PINNED_PACKAGES) -> None:
     """Refuse a saved result made on another CPU or with other versions of the libraries it runs."""
     saved = record.get("environment", {})
-    if saved.get("cpu") != cpu_model():
-        raise RlcompileError(f"{path} was made on {saved.get('cpu')!r}, this CPU is {cpu_model()!r}: make it here")
+    if mismatch := cpu_mismatch(saved):
+        raise RlcompileError(f"{path} was {mismatch}: make it here")
     here = package_versions(packages)
     for package in packages:
         if saved.get("packages", {}).get(package) != here[package]:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from rlcompile.measure import MeasureConfig, environment, measure_latency, summarize
+from rlcompile.measure import MeasureConfig, cpu_mismatch, cpu_signature, environment, measure_latency, summarize
 
 
 class FakeClock:
@@ -90,3 +90,12 @@ def test_environment_records_machine_and_versions() -> None:
     assert env["cpu"]
     for package in ("apache-tvm", "onnxruntime", "torch", "onnx"):
         assert env["packages"][package], package
+
+
+def test_cpus_with_one_marketing_name_are_told_apart_by_their_signature() -> None:
+    here = environment()
+    assert here["cpu_signature"] == cpu_signature() and cpu_mismatch(here) is None
+    assert cpu_mismatch({"cpu": here["cpu"]}) is None  # recorded before signatures: the name is compared alone
+    other = {**here, "cpu_signature": "AuthenticAMD 26/2/0 avx512f avx2 fma avx"}  # same name, a Zen 5
+    assert "avx512f" in cpu_mismatch(other)
+    assert "Some Other CPU" in cpu_mismatch({**here, "cpu": "Some Other CPU"})

@@ -27,7 +27,7 @@ from rlcompile.backends.ort import create_session, session_options
 from rlcompile.errors import RlcompileError
 from rlcompile.graph import onnx_graph, regions
 from rlcompile.graph.regions import operator_key
-from rlcompile.measure import MeasureConfig, cpu_model, host_cores, measure_latency
+from rlcompile.measure import MeasureConfig, cpu_identity, host_cores, measure_latency
 from rlcompile.models.onnx_model import first_line
 from rlcompile.models.zoo import cache_root
 
@@ -141,7 +141,7 @@ class OperatorCostModel(CostModel):
 
 def default_cache_file(threads: int, opt_level: str) -> Path:
     """One cache per machine, ONNX Runtime version, thread count and optimisation level."""
-    identity = f"{cpu_model()}|ort {ort.__version__}|{threads} threads|{opt_level}"
+    identity = f"{cpu_identity()}|ort {ort.__version__}|{threads} threads|{opt_level}"
     digest = hashlib.sha1(identity.encode()).hexdigest()[:12]
     return cache_root() / "graph_costs" / f"operators-{digest}.json"
 

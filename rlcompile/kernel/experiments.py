@@ -4,11 +4,13 @@ the same tasks, budget, batch size and measurer, and the comparisons the seeds r
 from __future__ import annotations
 
 import functools
+import json
 import math
 import shutil
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from rlcompile.kernel import strategies
@@ -16,7 +18,7 @@ from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.tasks import Task
 from rlcompile.kernel.transfer import WarmStart
 from rlcompile.kernel.tuner import Tuner
-from rlcompile.kernel.workdir import WorkDir
+from rlcompile.kernel.workdir import WorkDir, read_journal
 
 WITHIN = 1.05
 
@@ -87,6 +89,39 @@ def first_within(history: list[dict], threshold_ms: float) -> tuple[int | None, 
         if point["best_ms"] <= threshold_ms:
             return point["trial"], point["elapsed"]
     return None, None
+
+
+def kernel_history(entries: Sequence[dict], weights: dict[str, float], started: float) -> list[dict]:
+    """A model run's end-to-end kernel estimate as it went: after each measurement that changed it, the
+    calls-weighted sum of every task's best so far (ms), the estimate MetaSchedule's task scheduler uses.
+
+    ``entries``: the run's journal, oldest first (``task``, ``status``, ``seconds``, ``at``);
+    ``weights``: calls per task (its workload key); ``started``: the run's start (epoch seconds). Points
+    begin once every task that ends with a valid schedule has one, so every point sums the same tasks.
+    """
+    final = {e["task"] for e in entries if e["status"] == "ok" and e["task"] in weights}
+    best: dict[str, float] = {}
+    history: list[dict] = []
+    for trial, entry in enumerate(entries, 1):
+        name = entry["task"]
+        if entry["status"] != "ok" or name not in weights or entry["seconds"] >= best.get(name, math.inf):
+            continue
+        best[name] = entry["seconds"]
+        if best.keys() == final:
+            estimate = 1e3 * sum(weights[task] * seconds for task, seconds in best.items())
+            history.append({"trial": trial, "elapsed": round(entry["at"] - started, 1), "best_ms": estimate})
+    return history
+
+
+def work_dir_kernel_history(work_dir: Path, weights: dict[str, float]) -> list[dict] | None:
+    """:func:`kernel_history` of a work directory (its start: when ``environment.json`` was recorded);
+    None when the directory or its journal is gone."""
+    path = Path(work_dir)
+    if not (path / "measurements.jsonl").exists() or not (path / "environment.json").exists():
+        return None
+    recorded = json.loads((path / "environment.json").read_text())["recorded"]["recorded_at"]
+    entries = list(read_journal(path / "measurements.jsonl"))
+    return kernel_history(entries, weights, datetime.fromisoformat(recorded).timestamp())
 
 
 def compare_to_reference(runs: dict[str, list[dict]], reference: str) -> dict:

@@ -27,12 +27,14 @@ from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.measure import environment
 
 #: Environment fields that must match for measurements to be comparable.
-MATCHED_FIELDS = ("target", "cpu", "cores", "apache-tvm")
+MATCHED_FIELDS = ("target", "cpu", "cpu_signature", "cores", "apache-tvm")
+#: Fields newer than some work directories: compared only where the directory recorded them.
+LATER_FIELDS = ("cpu_signature",)
 
 
 def environment_fingerprint(target: str) -> dict:
     env = environment()
-    return {"target": target, "cpu": env["cpu"], "cores": env["cores"],
+    return {"target": target, "cpu": env["cpu"], "cpu_signature": env["cpu_signature"], "cores": env["cores"],
             "apache-tvm": env["packages"]["apache-tvm"], "recorded": env}  # fmt: skip
 
 
@@ -67,6 +69,16 @@ def is_json_line(line: bytes) -> bool:
     return True
 
 
+def read_journal(path: Path) -> Iterator[dict]:
+    """The measurements of a journal file, oldest first (none when it does not exist)."""
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
 class WorkDir:
     """Opens (or creates) a work directory for one target and checks it was made on this machine."""
 
@@ -92,6 +104,8 @@ class WorkDir:
         if stored_path.exists():
             stored = json.loads(stored_path.read_text())
             for field in MATCHED_FIELDS:
+                if field in LATER_FIELDS and field not in stored:
+                    continue
                 if stored.get(field) != current[field]:
                     raise RlcompileError(
                         f"work dir {self.path} was tuned with {field}={stored.get(field)!r}, this run has "
@@ -111,12 +125,7 @@ class WorkDir:
 
     def journal(self) -> Iterator[dict]:
         """Every measurement recorded so far, oldest first."""
-        if not self.journal_path.exists():
-            return
-        with self.journal_path.open(encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    yield json.loads(line)
+        return read_journal(self.journal_path)
 
     def append(self, entries: list[dict]) -> None:
         """Append measurements and force them to disk before the next batch starts."""

@@ -48,7 +48,7 @@ from rlcompile.layer.segments import (
 from rlcompile.layer.table import LAYER_TIMING, LookupTable, save_table, shape_key, time_if_agrees
 from rlcompile.measure import (
     MeasureConfig,
-    cpu_model,
+    cpu_identity,
     environment,
     measure_alternating,
     measure_latency,
@@ -140,7 +140,7 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
                tuning_db: Path | None = None) -> Path:  # fmt: skip
     """Named by the model's content and everything that changes the times (CPU, threads, versions)."""
     versions = [f"{package}={version}" for package, version in package_versions().items()]
-    identity = "|".join([cpu_model(), str(threads), *names, *versions, f"spin={spinning_allowed()}",
+    identity = "|".join([cpu_identity(), str(threads), *names, *versions, f"spin={spinning_allowed()}",
                          str(tuning_db.resolve()) if tuning_db else "", f"v{GROUP_TABLE_VERSION}"])  # fmt: skip
     machine = hashlib.sha1(identity.encode()).hexdigest()[:10]
     content = hashlib.sha1(model.serialized).hexdigest()[:10]

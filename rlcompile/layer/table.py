@@ -20,7 +20,7 @@ import onnxruntime as ort
 from rlcompile import atomic
 from rlcompile.layer import primitives
 from rlcompile.layer.network import Edge, Network
-from rlcompile.measure import MeasureConfig, cpu_model, environment, measure_latency
+from rlcompile.measure import MeasureConfig, cpu_identity, environment, measure_latency
 from rlcompile.models.onnx_model import LoadedModel, first_line
 from rlcompile.models.zoo import cache_dir
 from rlcompile.verify import compare_outputs
@@ -82,7 +82,7 @@ def table_path(model: LoadedModel, threads: int, directory: Path | None = None) 
     """Next to the model, named by the model's content and this machine (CPU, threads, ORT, torch)."""
     import torch
 
-    identity = f"{cpu_model()}|{threads}|ort {ort.__version__}|torch {torch.__version__}|v{TABLE_VERSION}"
+    identity = f"{cpu_identity()}|{threads}|ort {ort.__version__}|torch {torch.__version__}|v{TABLE_VERSION}"
     machine = hashlib.sha1(identity.encode()).hexdigest()[:10]
     content = hashlib.sha1(model.serialized).hexdigest()[:10]
     if directory is None:

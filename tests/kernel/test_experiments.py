@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from rlcompile.kernel.experiments import (
     compare_to_reference,
     describe_best,
     first_within,
     history_panels,
+    kernel_history,
     per_iteration,
     pooled_claims,
     reach_ratio,
@@ -14,6 +17,7 @@ from rlcompile.kernel.experiments import (
     show_spread,
     spread,
     strategy_row,
+    work_dir_kernel_history,
 )
 
 
@@ -98,3 +102,26 @@ def test_per_iteration_counts_every_tasks_batches_in_a_model_run() -> None:
     assert per_iteration(seeded([1.0] * 6, 0, steps=30, batches=3), "search_steps") == 10.0
     model_run = {"search_steps": 60, "measurements": 48, "batches_per_task": [2, 3, 1]}
     assert per_iteration(model_run, "search_steps") == 10.0 and per_iteration(model_run, "measurements") == 8.0
+
+
+def entry(task: str, seconds: float | None, at: float) -> dict:
+    return {"task": task, "status": "ok" if seconds else "run_error", "seconds": seconds, "at": at}
+
+
+def test_kernel_history_sums_every_tasks_best_weighted_by_calls_once_all_have_one() -> None:
+    journal = [entry("a", 0.004, 101.0), entry("a", 0.002, 101.0), entry("b", None, 102.0),
+               entry("b", 0.003, 103.0), entry("a", 0.003, 104.0), entry("a", 0.001, 105.0),
+               entry("c", 0.5, 105.0)]  # fmt: skip
+    history = kernel_history(journal, {"a": 2, "b": 1}, started=100.0)  # "c" is not one of the model's tasks
+    assert history == [{"trial": 4, "elapsed": 3.0, "best_ms": 7.0}, {"trial": 6, "elapsed": 5.0, "best_ms": 5.0}]
+    assert first_within(history, 5.2) == (6, 5.0) and first_within(history, 4.0) == (None, None)
+
+
+def test_kernel_history_of_a_work_directory_starts_when_it_was_created(tmp_path) -> None:
+    assert work_dir_kernel_history(tmp_path / "gone", {"a": 1}) is None
+    recorded = {"recorded": {"recorded_at": "2026-01-01T00:00:00+00:00"}}
+    (tmp_path / "environment.json").write_text(json.dumps(recorded))
+    start = 1767225600.0  # 2026-01-01T00:00:00Z
+    lines = [entry("a", 0.002, start + 30), entry("a", 0.001, start + 60)]
+    (tmp_path / "measurements.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [point["elapsed"] for point in work_dir_kernel_history(tmp_path, {"a": 1})] == [30.0, 60.0]

@@ -66,3 +66,15 @@ def test_resume_on_another_target_is_refused(tmp_path) -> None:
     (tmp_path / "environment.json").write_text(json.dumps(environment))
     with pytest.raises(RlcompileError, match="cpu='Some Other CPU'"):
         WorkDir(tmp_path, "llvm")
+
+
+def test_resume_on_a_cpu_of_the_same_name_but_other_extensions_is_refused(tmp_path) -> None:
+    WorkDir(tmp_path, "llvm")
+    environment = json.loads((tmp_path / "environment.json").read_text())
+    older = {key: value for key, value in environment.items() if key != "cpu_signature"}
+    (tmp_path / "environment.json").write_text(json.dumps(older))
+    WorkDir(tmp_path, "llvm")  # made before signatures were recorded: the name alone is compared
+    environment["cpu_signature"] = "AuthenticAMD 26/2/0 avx512f avx2 fma avx"
+    (tmp_path / "environment.json").write_text(json.dumps(environment))
+    with pytest.raises(RlcompileError, match="avx512f"):
+        WorkDir(tmp_path, "llvm")
