@@ -355,7 +355,8 @@ def markdown_report(payload: dict) -> str:
     """``claims.md``: everything the closing notes quote, regenerated from the JSON alone."""
     env = payload.get("environment", {})
     lines = ["# The seeds' evaluation on this machine (benchmarks/chameleon.py)", "",
-             f"{env.get('cpu', '?')}, {env.get('cores', '?')} cores, {env.get('threads', '?')} threads; "
+             f"{env.get('cpu', '?')} ({env.get('cpu_signature', 'no signature recorded')}), {env.get('cores', '?')} "
+             f"cores, {env.get('threads', '?')} threads; "
              f"recorded {env.get('recorded_at', '?')}. 'reach' = the first measurement after which the best "
              "is within 5% of the goal; ratios pair runs of the same seed."]  # fmt: skip
     if payload.get("layers"):
