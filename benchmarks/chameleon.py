@@ -30,8 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile import atomic, backends
-from rlcompile.backends.tvm import TvmSession
+from rlcompile import atomic, runtimes
 from rlcompile.kernel.artifact import build_executable
 from rlcompile.kernel.experiments import (
     WITHIN,
@@ -50,10 +49,10 @@ from rlcompile.kernel.experiments import (
 )
 from rlcompile.kernel.tasks import SEED_LAYERS, extract_tasks, seed_layer
 from rlcompile.kernel.workdir import WorkDir
-from rlcompile.measure import DEFAULT, QUICK, environment, measure_alternating, measure_latency
+from rlcompile.machine import environment
+from rlcompile.measure import DEFAULT, QUICK, Contender, measure_latency, run_contest
 from rlcompile.models import load_model
 from rlcompile.report.plots import tuning_curves
-from rlcompile.tvm_bridge import tvm
 
 console = Console(width=170)
 STRATEGIES = "sa,rl,sa+adaptive,chameleon,evolutionary"
@@ -125,7 +124,7 @@ def time_model(executable, model, config) -> float:
 
 
 def tvm_timer(executable, model, inputs):
-    return TvmSession(executable, tvm.cpu(0), [spec.name for spec in model.inputs], 0.0).timer(inputs)
+    return runtimes.create("tvm").runner(executable, [spec.name for spec in model.inputs]).timer(inputs)
 
 
 def time_beside_ort(model_name: str, model, row: dict, target, config) -> None:
@@ -135,11 +134,11 @@ def time_beside_ort(model_name: str, model, row: dict, target, config) -> None:
     the noise of the comparison (``ort_noise``). Untuned TVM is a group of its own. Builds come from
     the runs' records (the work directories are kept), so timing again needs no tuning again.
     """
-    inputs, ort = model.random_inputs(), backends.create("ort")
+    inputs, ort = model.random_inputs(), runtimes.create("ort")
 
     def timers(name: str) -> list:  # one group's builds at a time: a VGG-16 build holds 0.5 GB of weights
         if name == "tvm untuned":
-            return [backends.create("tvm").prepare(model).timer(inputs)]
+            return [model.compile(runtimes.create("tvm")).timer(inputs)]
         return [tvm_timer(build_executable(model, WorkDir(Path(run["work_dir"]), "llvm"), target), model, inputs)
                 for run in row["strategies"][name]]  # fmt: skip
 
@@ -147,8 +146,11 @@ def time_beside_ort(model_name: str, model, row: dict, target, config) -> None:
     for name in ["tvm untuned", *row["strategies"]]:
         group = timers(name)
         console.log(f"{model_name}: timing {name} ({len(group)} builds) alternately with ORT native twice")
-        stats = measure_alternating([ort.prepare(model).timer(inputs), ort.prepare(model).timer(inputs), *group],
-                                    config)  # fmt: skip
+        contenders = [Contender("ort", model.compile(ort).timer(inputs)),
+                      Contender("ort twin", model.compile(ort).timer(inputs), twin_of="ort"),
+                      *[Contender(f"build {index}", call) for index, call in enumerate(group)]]  # fmt: skip
+        standings = run_contest(contenders, config, rounds=2)
+        stats = [standings[contender.label] for contender in contenders]
         native = stats[0].median_ms
         row["beside_ort"][name] = {"ort_ms": native, "ort_noise": stats[1].median_ms / native,
                                    "ms": [item.median_ms for item in stats[2:]],
@@ -167,8 +169,8 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
         if row is None or row.get("trials") != trials:
             row = results[model_name] = {"tasks": len(tasks), "trials": trials, "strategies": {}}
         inputs = model.random_inputs()
-        for label, backend in (("onnxruntime", backends.create("ort")), ("tvm untuned", backends.create("tvm"))):
-            session = backend.prepare(model)
+        for label, backend in (("onnxruntime", runtimes.create("ort")), ("tvm untuned", runtimes.create("tvm"))):
+            session = model.compile(backend)
             row[label] = measure_latency(session.timer(inputs), config).median_ms
         weights = {task.workload_key: task.weight for task in tasks}
         for name in names:

@@ -29,7 +29,7 @@ from pathlib import Path
 from rlcompile import atomic
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel.tasks import SEED_LAYERS, zoo_conv_shapes
-from rlcompile.measure import environment
+from rlcompile.machine import environment
 
 FMA_SOURCE = """
 #include <immintrin.h>

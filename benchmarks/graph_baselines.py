@@ -22,7 +22,8 @@ from pathlib import Path
 from rich.console import Console
 
 from rlcompile.graph.experiments import cost_model_accuracy, plot, run_grid, table
-from rlcompile.measure import DEFAULT, QUICK, environment
+from rlcompile.machine import environment
+from rlcompile.measure import DEFAULT, QUICK
 from rlcompile.models import ZOO
 
 console = Console(width=170)

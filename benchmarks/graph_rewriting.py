@@ -37,7 +37,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rlcompile.graph.experiments import cost_study, learning_table, plot, run_grid, table, transfer_study
-from rlcompile.measure import DEFAULT, QUICK, environment
+from rlcompile.machine import environment
+from rlcompile.measure import DEFAULT, QUICK
 
 console = Console(width=170)
 #: zoo CNNs and a transformer, and two models this project did not produce (rlcompile.models.packaged)

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from rlcompile.kernel.experiments import compare_to_reference, history_panels, run_layer, setup, show
 from rlcompile.kernel.tasks import SEED_LAYERS, seed_layer
-from rlcompile.measure import environment
+from rlcompile.machine import environment
 from rlcompile.report.plots import tuning_curves
 
 console = Console(width=160)

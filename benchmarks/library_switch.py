@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def measure_here(args: argparse.Namespace) -> dict:
     """In this process: the switch cost of every ordered pair of libraries."""
-    from rlcompile.layer import libraries
+    from rlcompile import runtimes
     from rlcompile.layer.group_table import group_model
     from rlcompile.layer.segments import SegmentEngine, cut_segments
     from rlcompile.measure import MeasureConfig
@@ -55,7 +55,7 @@ def measure_here(args: argparse.Namespace) -> dict:
     grouped = group_model(load_model(args.model))
     half = len(grouped.groups) // 2
     names = [name for name in args.libraries.split(",") if name]
-    created = {name: libraries.create(name) for name in names}
+    created = {name: runtimes.create(name) for name in names}
     results = {}
     for first in names:
         for second in names:
@@ -71,15 +71,16 @@ def measure_here(args: argparse.Namespace) -> dict:
 
 def switch_cost(engine, examples: dict, timing) -> dict:
     """Two segments run in turn, against each one alone (alternating, two rounds)."""
-    from rlcompile.measure import measure_alternating
+    from rlcompile.measure import Contender, run_contest
 
     head, tail = engine.compiled
     head_inputs = [examples[name] for name in head.segment.inputs]
     tail_inputs = [examples[name] for name in tail.segment.inputs]
     feeds = {name: examples[name] for name in engine.inputs}
-    both, alone_head, alone_tail = measure_alternating(
-        [lambda: engine.run(feeds), lambda: head.runner(head_inputs), lambda: tail.runner(tail_inputs)], timing
-    )
+    standings = run_contest([Contender("both", lambda: engine.run(feeds)),
+                             Contender("head", lambda: head.runner(head_inputs)),
+                             Contender("tail", lambda: tail.runner(tail_inputs))], timing, rounds=2)  # fmt: skip
+    both, alone_head, alone_tail = standings["both"], standings["head"], standings["tail"]
     return {
         "switch_ms": both.median_ms - alone_head.median_ms - alone_tail.median_ms,
         "pair_ms": both.median_ms,
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                    "--libraries", args.libraries]  # fmt: skip
         output = subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout
         settings[setting] = json.loads(output.strip().splitlines()[-1])
-    from rlcompile.measure import environment as machine
+    from rlcompile.machine import environment as machine
 
     (args.out / "library_switch.json").write_text(json.dumps({"model": args.model, "threads": args.threads,
                                                               "environment": machine(args.threads),

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "optimize.json"
     saved = json.loads(path.read_text()) if path.exists() else {"budget": args.budget, "models": {}}
-    from rlcompile.measure import environment
+    from rlcompile.machine import environment
 
     saved["environment"] = environment(args.threads)
     for name in [m.strip() for m in args.redo.split(",") if m.strip()]:

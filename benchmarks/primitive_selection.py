@@ -33,13 +33,16 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile.backends.ort import OrtBackend
-from rlcompile.layer import primitives, solvers
-from rlcompile.layer.api import prepare
-from rlcompile.layer.engine import Engine
+from rlcompile.layer import solvers
+from rlcompile.layer.per_operator import primitives
+from rlcompile.layer.per_operator.api import prepare
+from rlcompile.layer.per_operator.engine import Engine
 from rlcompile.layer.problem import SelectionProblem, best_within_library, exact
-from rlcompile.measure import DEFAULT, QUICK, environment, measure_alternating
+from rlcompile.machine import environment
+from rlcompile.measure import DEFAULT, QUICK, Contender, run_contest
 from rlcompile.models import load_model
+from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import OrtRuntime
 
 console = Console(width=170)
 MODELS = "lenet5,alexnet,squeezenet1_1,mobilenet_v1,mobilenet_v2,googlenet,resnet18,vgg19"
@@ -118,9 +121,11 @@ def measure_plans(model, network, problem, plans, timing) -> dict:
     """Each plan run end to end, timed alternately with ONNX Runtime on the whole graph (1 thread)."""
     feeds = model.random_inputs(0)
     engines = {label: Engine(network, problem.names(plan)) for label, plan in plans.items()}
-    session = OrtBackend("all", threads=1).prepare(model)
-    functions = [(lambda engine=engine: engine.run(feeds)) for engine in engines.values()] + [session.timer(feeds)]
-    stats = measure_alternating(functions, timing)
+    session = model.compile(OrtRuntime("all"), RuntimeOptions(1, exclusive=True))
+    contenders = [Contender(label, lambda engine=engine: engine.run(feeds)) for label, engine in engines.items()]
+    contenders.append(Contender("onnxruntime native", session.timer(feeds)))
+    standings = run_contest(contenders, timing, rounds=2)
+    stats = [standings[contender.label] for contender in contenders]
     result = {label: {"predicted_ms": problem.total(plans[label]), "measured_ms": s.median_ms}
               for label, s in zip(plans, stats, strict=False)}  # fmt: skip
     result["onnxruntime native (whole graph)"] = {"predicted_ms": None, "measured_ms": stats[-1].median_ms}

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from rlcompile import atomic
     from rlcompile.kernel.experiments import show_spread
-    from rlcompile.measure import environment
+    from rlcompile.machine import environment
 
     pools = args.pools.split(",")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ from rlcompile.kernel.tasks import seed_layer
 from rlcompile.kernel.transfer import WarmStart
 from rlcompile.kernel.tuner import Tuner
 from rlcompile.kernel.workdir import WorkDir
-from rlcompile.measure import environment
+from rlcompile.machine import environment
 
 console = Console(width=150)
 

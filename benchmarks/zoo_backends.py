@@ -17,10 +17,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile import backends
+from rlcompile import runtimes
 from rlcompile.compare import compare_backends
 from rlcompile.errors import RlcompileError
-from rlcompile.measure import DEFAULT, QUICK, environment
+from rlcompile.machine import environment
+from rlcompile.measure import DEFAULT, QUICK
 from rlcompile.models import ZOO, load_model
 
 console = Console(width=160)
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         try:
             model = load_model(model_name)
-            comparison = compare_backends(model, [backends.create(n) for n in names], config,
+            comparison = compare_backends(model, [runtimes.create(n) for n in names], config,
                                           progress=lambda m, name=model_name: console.log(f"{name}: {m}"))  # fmt: skip
         except RlcompileError as error:
             failures[model_name] = str(error)

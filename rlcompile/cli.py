@@ -20,6 +20,21 @@ from rich.console import Console
 from rlcompile import __version__
 from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.measure import QUICK, MeasureConfig
+from rlcompile.names import (
+    DEFAULT_RUNTIMES,
+    GRAPH_AGENTS,
+    GRAPH_COSTS,
+    GRAPH_LEARNING_AGENTS,
+    KERNEL_SCHEDULERS,
+    KERNEL_STRATEGIES,
+    LAYER_SOLVERS,
+    LEVELS,
+    MODEL_RUNTIMES,
+    ORT_OPT_LEVELS,
+    RUNTIMES,
+    SAMPLINGS,
+    choices,
+)
 
 #: Tables are wide; when output is piped rich would squeeze them to 80 columns.
 stdout = Console(width=None if sys.stdout.isatty() else 160, soft_wrap=True)
@@ -27,7 +42,6 @@ stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160, soft_w
 
 
 #: rlcompile.graph.cost.COST_MODELS (not imported: the CLI loads no ONNX Runtime to parse arguments)
-GRAPH_COSTS = ["sum", "fused", "region", "context", "measured"]
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False) -> None:
@@ -56,7 +70,7 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ort-opt",
         default="all",
-        choices=["disable", "basic", "extended", "all"],
+        choices=list(ORT_OPT_LEVELS),
         help="ONNX Runtime graph optimisation level (default all)",
     )
 
@@ -76,10 +90,13 @@ def measure_config(args: argparse.Namespace) -> MeasureConfig:
 
 
 def make_backend(name: str, args: argparse.Namespace):
-    from rlcompile import backends
+    """The runtime ``run``/``compare`` time a whole model with (``--backend(s)``: ort or tvm)."""
+    from rlcompile import runtimes
 
+    if name not in MODEL_RUNTIMES:
+        raise RlcompileError(f"unknown backend {name!r}; choose from {', '.join(MODEL_RUNTIMES)}")
     options = {"ort": {"opt_level": args.ort_opt}, "tvm": {"target": args.target}}.get(name, {})
-    return backends.create(name, **options)
+    return runtimes.create(name, **options)
 
 
 def load(args: argparse.Namespace):
@@ -304,7 +321,8 @@ def command_graph_train(args: argparse.Namespace) -> int:
 
 def command_select(args: argparse.Namespace) -> int:
     """Choose a library per fusion group (or a primitive per operator with --per-operator), run and time it."""
-    from rlcompile.layer import libraries, solvers
+    from rlcompile import runtimes
+    from rlcompile.layer import solvers
 
     options = {"episodes": args.episodes} if args.episodes and args.agent in ("qlearning", "random") else {}
     if args.episodes is not None and args.episodes < 1:
@@ -316,13 +334,13 @@ def command_select(args: argparse.Namespace) -> int:
         return select_per_operator(args, options)
     if args.tuning_db is not None and not args.tuning_db.is_dir():
         raise RlcompileError(f"--tuning-db {args.tuning_db} is not a tuning work directory")
-    names = libraries.parse(args.libraries, args.tuning_db)
+    names = runtimes.parse(args.libraries, args.tuning_db is not None)
     return select_segments_command(args, names, options)
 
 
 def select_segments_command(args: argparse.Namespace, names: list[str], options: dict) -> int:
     from rlcompile.layer.selection import select_segments
-    from rlcompile.measure import host_cores
+    from rlcompile.machine import host_cores
     from rlcompile.plan import save_plan
     from rlcompile.report.tables import candidates_table, groups_table
 
@@ -354,9 +372,10 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
 
 def command_optimize(args: argparse.Namespace) -> int:
     """graph -> kernel -> layer on one model, each stage measured; writes a plan directory with its report."""
+    from rlcompile import runtimes
     from rlcompile.kernel import strategies
-    from rlcompile.layer import libraries, solvers
-    from rlcompile.measure import host_cores
+    from rlcompile.layer import solvers
+    from rlcompile.machine import host_cores
     from rlcompile.models import parse_input_shapes
     from rlcompile.optimize import OptimizeRequest, StageSettings, optimize, parse_duration, parse_levels
     from rlcompile.optimize.budget import DEFAULT_BUDGET_S, QUICK_BUDGET_S
@@ -377,7 +396,7 @@ def command_optimize(args: argparse.Namespace) -> int:
     strategies.create(args.strategy, seed=args.seed)
     solvers.create(args.layer_agent)
     if args.libraries:
-        libraries.parse(args.libraries)
+        runtimes.parse(args.libraries)
     settings = StageSettings(graph_agent=args.graph_agent, strategy=args.strategy, layer_agent=args.layer_agent,
                              trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
                              libraries=args.libraries)  # fmt: skip
@@ -400,7 +419,7 @@ def command_optimize(args: argparse.Namespace) -> int:
 
 def select_per_operator(args: argparse.Namespace, options: dict) -> int:
     """The seed's setting: a primitive per ONNX operator, run layer by layer from Python."""
-    from rlcompile.layer.api import select, write_plan
+    from rlcompile.layer.per_operator.api import select, write_plan
     from rlcompile.report.tables import plan_summary, plan_table
 
     model = load(args)
@@ -475,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="measure a model on one backend, or saved results side by side")
     add_model_arguments(run, saved_too=True)
-    run.add_argument("--backend", default="ort", choices=["ort", "tvm"], help="execution backend (default ort)")
+    run.add_argument("--backend", default="ort", choices=list(MODEL_RUNTIMES), help="execution backend (default ort)")
     add_backend_options(run)
     add_measure_arguments(run)
     run.set_defaults(handler=command_run)
@@ -497,10 +516,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune = commands.add_parser("tune", help="tune a model's kernels with a search strategy (kernel level)")
     add_model_arguments(tune)
     tune.add_argument(
-        "--strategy", default="evolutionary", help="random, sa, droplet, evolutionary, rl or chameleon (rl + adaptive)"
+        "--strategy", default="evolutionary", help=f"{choices(KERNEL_STRATEGIES)} (rl + adaptive)"
     )
     tune.add_argument(
-        "--sampling", default=None, choices=["greedy", "adaptive"],
+        "--sampling", default=None, choices=list(SAMPLINGS),
         help="how sa / rl / chameleon pick the batch: best predicted (greedy) or k-means of the trajectory",
     )  # fmt: skip
     tune.add_argument("--trials", type=int, default=None, help="measurement budget (default 32 per task)")
@@ -511,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch (default 16)")
     tune.add_argument(
-        "--scheduler", default="gradient", choices=["gradient", "round-robin"],
+        "--scheduler", default="gradient", choices=list(KERNEL_SCHEDULERS),
         help="which task gets the next batch, after one batch each: the one expected to cut end-to-end latency "
         "most (gradient, default) or each in turn",
     )  # fmt: skip
@@ -528,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     graph = commands.add_parser("graph", help="rewrite a model's graph with substitution rules (graph level)")
     add_model_arguments(graph)
-    graph.add_argument("--agent", default="taso", help="greedy, taso, ppo or world-model (default taso)")
+    graph.add_argument("--agent", default="taso", help=f"{choices(GRAPH_AGENTS)} (default taso)")
     graph.add_argument(
         "--train-episodes",
         type=int,
@@ -548,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument(
         "--cost",
         default="context",
-        choices=GRAPH_COSTS,
+        choices=list(GRAPH_COSTS),
         help="context (default): the parent graph's cost plus the rewritten region and its neighbourhood timed "
         "before and after in ORT; sum: cached per-operator ORT times; fused: the same with ORT's Conv+activation "
         "fusion counted as free; region: ORT's fusion units timed as subgraphs; measured: the whole graph timed",
@@ -562,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph_train = commands.add_parser(
         "graph-train", help="train one agent on several graphs, for `graph --agent AGENT --load` on new ones"
     )
-    graph_train.add_argument("--agent", default="ppo", choices=["ppo", "world-model"],
+    graph_train.add_argument("--agent", default="ppo", choices=list(GRAPH_LEARNING_AGENTS),
                              help="ppo (default): model-free; world-model: MDN-RNN + controller trained in it")
     graph_train.add_argument("--models", required=True, help="comma-separated zoo names, packaged names or .onnx files")
     graph_train.add_argument("--checkpoint", type=Path, required=True, help="write the trained policy here")
@@ -572,7 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="episodes at most (default: train until --time-limit)")
     graph_train.add_argument("--time-limit", type=float, default=600.0, help="training seconds at most (default 600)")
     graph_train.add_argument("--steps", type=int, default=50, help="rewrites per episode (default 50)")
-    graph_train.add_argument("--cost", default="context", choices=GRAPH_COSTS[:-1], help="cost model (default context)")
+    graph_train.add_argument("--cost", default="context", choices=list(GRAPH_COSTS[:-1]),
+                             help="cost model (default context)")
     graph_train.add_argument("--rules", default=None, help="only these rule ids, comma-separated")
     graph_train.add_argument("--no-clean", action="store_true", help="skip the Conv+BatchNorm/Mul/Add fusions")
     graph_train.add_argument("--seed", type=int, default=0, help="seed of the training (default 0)")
@@ -581,12 +601,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     select = commands.add_parser("select", help="choose the library that runs each layer (layer level, QS-DNN)")
     add_model_arguments(select)
-    select.add_argument("--agent", default="qlearning", help="qlearning, random, greedy, single or exact")
+    select.add_argument("--agent", default="qlearning", help=choices(LAYER_SOLVERS))
     select.add_argument("--episodes", type=int, default=None, help="qlearning / random: episodes (default 20/layer)")
     select.add_argument("--threads", type=int, default=None, help="threads per library (default: all cores; "
                         "1 with --per-operator, as the seed)")  # fmt: skip
-    select.add_argument("--libraries", default=None, help="comma-separated, from ort, openvino, torch, tvm "
-                        "(default ort,openvino,torch; + tvm with --tuning-db)")  # fmt: skip
+    select.add_argument("--libraries", default=None, help=f"comma-separated, from {', '.join(RUNTIMES)} "
+                        f"(default {','.join(DEFAULT_RUNTIMES)}; + tvm with --tuning-db)")  # fmt: skip
     select.add_argument("--tuning-db", type=Path, default=None, help="a `rlcompile tune` work directory: TVM "
                         "segments use its tuned records")  # fmt: skip
     select.add_argument("--per-operator", action="store_true", help="the seed's setting: a primitive per ONNX "
@@ -604,15 +624,15 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--budget", default=None, help="wall time, e.g. 90s, 10m, 1h (default 20m; 4m with "
                           "--quick), split across the levels")  # fmt: skip
     optimize.add_argument("--quick", action="store_true", help="a 4-minute budget")
-    optimize.add_argument("--levels", default=None, help="comma-separated from graph,kernel,layer (default all)")
-    optimize.add_argument("--graph-agent", default="ppo", help="greedy, taso, ppo or world-model (default ppo)")
-    optimize.add_argument("--strategy", default="chameleon", help="kernel search: random, sa, droplet, "
-                          "evolutionary, rl or chameleon (default chameleon)")  # fmt: skip
-    optimize.add_argument("--layer-agent", default="qlearning", help="qlearning, random, greedy, single or exact")
+    optimize.add_argument("--levels", default=None, help=f"comma-separated from {','.join(LEVELS)} (default all)")
+    optimize.add_argument("--graph-agent", default="ppo", help=f"{choices(GRAPH_AGENTS)} (default ppo)")
+    optimize.add_argument("--strategy", default="chameleon", help=f"kernel search: {choices(KERNEL_STRATEGIES)} "
+                          "(default chameleon)")  # fmt: skip
+    optimize.add_argument("--layer-agent", default="qlearning", help=choices(LAYER_SOLVERS))
     optimize.add_argument("--trials", type=int, default=None, help="kernel: at most this many measurements "
                           "(default 32 per task), within the time share")  # fmt: skip
-    optimize.add_argument("--libraries", default=None, help="layer: comma-separated from ort, openvino, torch, "
-                          "tvm (default ort,openvino,torch + tvm when the kernel level runs)")  # fmt: skip
+    optimize.add_argument("--libraries", default=None, help=f"layer: comma-separated from {', '.join(RUNTIMES)} "
+                          f"(default {','.join(DEFAULT_RUNTIMES)} + tvm when the kernel level runs)")  # fmt: skip
     optimize.add_argument("--threads", type=int, default=None, help="threads per library (default: all cores)")
     optimize.add_argument("--seed", type=int, default=0)
     optimize.add_argument("--json", type=Path, default=None, help="also write the manifest as JSON to this file")

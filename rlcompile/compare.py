@@ -1,7 +1,7 @@
-"""Run several backends side by side on the same model and inputs, in one process.
+"""Run several runtimes side by side on the same model and inputs, in one process.
 
-The first backend is the reference: the others' outputs are compared against it and their latencies
-are given as ratios to it. Every backend is prepared before any is timed, so compilation does not
+The first runtime is the reference: the others' outputs are compared against it and their latencies
+are given as ratios to it. Every runtime compiles the model before any is timed, so compilation does not
 heat or load the machine during another backend's measurement.
 """
 
@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rlcompile.backends import Backend
-from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, environment, measure_latency
+from rlcompile.machine import environment
+from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_latency
 from rlcompile.models import LoadedModel
+from rlcompile.runtimes import NATIVE, Runtime
 from rlcompile.verify import Agreement, compare_outputs
 
 Progress = Callable[[str], None]
@@ -62,27 +63,25 @@ class Comparison:
 
 def compare_backends(
     model: LoadedModel,
-    backends: Sequence[Backend],
+    backends: Sequence[Runtime],
     config: MeasureConfig = DEFAULT,
     seed: int = 0,
     progress: Progress = lambda message: None,
 ) -> Comparison:
-    """Prepare every backend, run each once on the same random inputs, then time each in turn."""
+    """Compile the model in every runtime, run each once on the same random inputs, then time each in turn."""
     if not backends:
-        raise ValueError("compare_backends needs at least one backend")
+        raise ValueError("compare_backends needs at least one runtime")
     inputs = model.random_inputs(seed)
-    sessions = []
-    for backend in backends:
-        progress(f"preparing {backend.describe()}")
-        sessions.append(backend.prepare(model))
-    outputs = [session.run(inputs) for session in sessions]
+    runners = []
+    for runtime in backends:
+        progress(f"preparing {runtime.describe()}")
+        runners.append(model.compile(runtime, NATIVE))
+    outputs = [runner.run(inputs) for runner in runners]
     results = []
-    for backend, session, output in zip(backends, sessions, outputs, strict=True):
-        progress(f"measuring {backend.describe()}")
-        latency = measure_latency(session.timer(inputs), config)
+    for runtime, runner, output in zip(backends, runners, outputs, strict=True):
+        progress(f"measuring {runtime.describe()}")
+        latency = measure_latency(runner.timer(inputs), config)
         agreement = compare_outputs(outputs[0], output) if results else None
-        results.append(
-            BackendResult(backend.describe(), backend.threads(), session.prepare_seconds, latency, agreement)
-        )
+        results.append(BackendResult(runtime.describe(), runtime.threads(), runner.prepare_seconds, latency, agreement))
     shapes = {spec.name: [int(d) for d in spec.shape] for spec in model.inputs}
     return Comparison(model.name, shapes, results, environment(max(r.threads for r in results)))

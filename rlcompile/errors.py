@@ -34,3 +34,11 @@ class BudgetError(RlcompileError):
 
 class RlcompileWarning(UserWarning):
     """Something was repaired or skipped and the run goes on; the CLI prints it as one line."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of an exception's message (TVM and ORT messages span pages)."""
+    for line in str(error).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__

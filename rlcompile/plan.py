@@ -22,28 +22,26 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from rlcompile import atomic
-from rlcompile.backends.ort import run_proto
-from rlcompile.errors import RlcompileError
-from rlcompile.layer import libraries
+from rlcompile import atomic, runtimes
+from rlcompile.errors import RlcompileError, first_line
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
-from rlcompile.measure import cpu_mismatch, environment, package_versions
-from rlcompile.models.onnx_model import LoadedModel, TensorSpec, first_line
+from rlcompile.machine import check_machine, environment
+from rlcompile.models.onnx_model import LoadedModel, TensorSpec
+from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import run_proto
 
 MANIFEST = "manifest.json"
 REFERENCE = "reference.npz"
 SEGMENTS = "segments"
 FORMAT = "rlcompile-plan"
 VERSION = 2
-#: Versions that must match for a saved plan's compiled segments and timings to hold.
-PINNED_PACKAGES = ("onnxruntime", "openvino", "torch", "apache-tvm")
 
 
 def is_plan_dir(path: str | Path) -> bool:
@@ -69,7 +67,7 @@ def save_plan(selection, output: Path, tuning_db: Path | None = None, extra: Map
     scratch = output / ".incoming"
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / SEGMENTS).mkdir(parents=True)
-    entries = [save_segment(item, scratch / SEGMENTS, index, tuning_db)
+    entries = [save_segment(item, scratch / SEGMENTS, index)
                for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
     model = selection.model
     feeds = selection.grouped.feeds
@@ -96,11 +94,11 @@ def save_plan(selection, output: Path, tuning_db: Path | None = None, extra: Map
     return output
 
 
-def save_segment(item: CompiledSegment, folder: Path, index: int, tuning_db: Path | None) -> dict:
+def save_segment(item: CompiledSegment, folder: Path, index: int) -> dict:
     segment = item.segment
     stem = folder / f"{index:02d}_{segment.library}"
     onnx.save(segment.proto, str(stem.with_suffix(".onnx")))
-    files = libraries.create(segment.library, tuning_db).save(item.runner, stem)
+    files = runtimes.create(segment.library).save(item.runner, stem)
     return {"library": segment.library, "onnx": f"segments/{stem.name}.onnx", "files": files,
             "groups": segment.groups, "inputs": segment.inputs, "outputs": segment.outputs}  # fmt: skip
 
@@ -142,18 +140,6 @@ class LoadedPlan:
                 f"{self.manifest['threads']} threads")  # fmt: skip
 
 
-def check_machine(record: dict, path: Path, packages: Sequence[str] = PINNED_PACKAGES) -> None:
-    """Refuse a saved result made on another CPU or with other versions of the libraries it runs."""
-    saved = record.get("environment", {})
-    if mismatch := cpu_mismatch(saved):
-        raise RlcompileError(f"{path} was {mismatch}: make it here")
-    here = package_versions(packages)
-    for package in packages:
-        if saved.get("packages", {}).get(package) != here[package]:
-            raise RlcompileError(f"{path} was made with {package} {saved.get('packages', {}).get(package)}, "
-                                 f"this environment has {here[package]}: make it again here")  # fmt: skip
-
-
 def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
     """Read and compile a plan directory written by :func:`save_plan`."""
     path = Path(path)
@@ -169,13 +155,13 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
     check_machine(manifest, path)
     threads = threads or manifest["threads"]
     compiled = []
-    exclusive = len(manifest["segments"]) == 1
+    options = RuntimeOptions(threads, exclusive=len(manifest["segments"]) == 1)
     for entry in manifest["segments"]:
         onnx_path = path / entry["onnx"]
         proto = onnx.load(str(onnx_path))
         segment = Segment(entry["library"], entry["groups"], entry["inputs"], entry["outputs"], proto)
-        library = libraries.create(entry["library"])
-        runner = library.load(proto, onnx_path.with_suffix(""), entry["files"], threads, exclusive)
+        runtime = runtimes.create(entry["library"])
+        runner = runtime.load(proto, onnx_path.with_suffix(""), entry["files"], options)
         compiled.append(CompiledSegment(segment, runner, 0.0))
     engine = SegmentEngine(compiled, [spec["name"] for spec in manifest["inputs"]], manifest["outputs"])
     return LoadedPlan(path, manifest, engine, inputs, outputs)

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlcompile.errors import RlcompileError
-from rlcompile.measure import LatencyStats, MeasureConfig, host_cores, measure_alternating
+from rlcompile.machine import host_cores
+from rlcompile.measure import REPORT_ROUNDS, Contender, LatencyStats, MeasureConfig, run_contest
+from rlcompile.runtimes import RuntimeOptions
 from rlcompile.verify import Agreement, compare_outputs
 
 NATIVE = "ort native"
@@ -102,13 +104,16 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
     timers, names = [item.timer(feeds) for item in saved], [str(path) for path in paths]
     original = original_model(first.record)
     if original is not None:
-        from rlcompile.backends.ort import OrtBackend
+        from rlcompile import runtimes
 
         threads = first.record.get("threads") or host_cores()
-        timers.append(OrtBackend("all", threads=threads).prepare(original).timer(feeds))
+        timers.append(original.compile(runtimes.create("ort"), RuntimeOptions(threads, exclusive=True)).timer(feeds))
         names.append(NATIVE)
     progress(f"timing {', '.join(names)} alternately")
-    stats = measure_alternating(timers, config)
+    contenders = [Contender(f"{index}:{name}", timer) for index, (name, timer) in enumerate(zip(names, timers,
+                                                                                               strict=True))]
+    standings = run_contest(contenders, config, REPORT_ROUNDS)
+    stats = [standings[contender.label] for contender in contenders]
     native = stats[len(saved)] if original is not None else None
     timings = [SavedTiming(str(path), item.describe(), latency, latency.median_ms / stats[0].median_ms,
                            latency.median_ms / native.median_ms if native else None, agreement)

@@ -1,4 +1,4 @@
-"""The bridge to Apache TVM shared by the TVM backend and the kernel level.
+"""The bridge to Apache TVM shared by the TVM runtime and the kernel level.
 
 It resolves the user's ``--target`` into a TVM target tuned to this host (cores, CPU name so LLVM
 emits the right vector instructions), imports ONNX models into Relax with one-line errors, and fixes
@@ -13,10 +13,10 @@ import os
 import sys
 import warnings
 
-from rlcompile.errors import ModelError, TargetError, UnsupportedOperatorError
-from rlcompile.measure import host_cores
-from rlcompile.models import LoadedModel
-from rlcompile.models.onnx_model import first_line
+import onnx
+
+from rlcompile.errors import ModelError, TargetError, UnsupportedOperatorError, first_line
+from rlcompile.machine import host_cores
 
 # TVM reads this once, when its thread pool first starts; threads = cores unless the user says otherwise.
 os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
@@ -108,21 +108,25 @@ def target_device(target: tvm.target.Target) -> tvm.runtime.Device:
     return tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
 
 
-def import_onnx(model: LoadedModel) -> tvm.IRModule:
-    """Import into Relax with static shapes; unsupported operators become a one-line error."""
+def import_onnx(proto: onnx.ModelProto, name: str) -> tvm.IRModule:
+    """Import into Relax with the graph's static input shapes; unsupported operators become a one-line error.
+
+    ``proto`` must have constant shapes (a model that computes shapes at run time is folded first:
+    :meth:`rlcompile.models.LoadedModel.static_proto`).
+    """
+    from onnx import helper
     from tvm.relax.frontend.onnx import from_onnx
 
-    from rlcompile.models.onnx_model import foldable_for_import
-
-    proto = foldable_for_import(model)
-    shapes = {spec.name: [int(d) for d in spec.shape] for spec in model.inputs}
-    dtypes = {spec.name: str(spec.dtype) for spec in model.inputs}
+    initializers = {init.name for init in proto.graph.initializer}
+    values = [value for value in proto.graph.input if value.name not in initializers]
+    shapes = {value.name: [int(d.dim_value) for d in value.type.tensor_type.shape.dim] for value in values}
+    dtypes = {value.name: str(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)) for value in values}
     try:
         with warnings.catch_warnings():
             # the frontend warns for every value name it sanitises ("Renaming name a.b to a_b")
             warnings.filterwarnings("ignore", message="Renaming name", category=UserWarning)
             return from_onnx(proto, shape_dict=shapes, dtype_dict=dtypes)
     except tvm.error.OpNotImplemented as error:
-        raise UnsupportedOperatorError(f"TVM cannot import {model.name}: {first_line(error)}") from None
+        raise UnsupportedOperatorError(f"TVM cannot import {name}: {first_line(error)}") from None
     except Exception as error:
-        raise ModelError(f"TVM cannot import {model.name}: {first_line(error)}") from None
+        raise ModelError(f"TVM cannot import {name}: {first_line(error)}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rlcompile import backends
+from rlcompile import runtimes
 from rlcompile.compare import compare_backends
 from rlcompile.measure import QUICK
 from rlcompile.models import load_model
@@ -15,7 +15,7 @@ def test_compare_reports_ratios_agreement_and_environment() -> None:
     messages: list[str] = []
     comparison = compare_backends(
         model,
-        [backends.create("ort", opt_level="all"), backends.create("ort", opt_level="disable"), backends.create("tvm")],
+        [runtimes.create("ort", opt_level="all"), runtimes.create("ort", opt_level="disable"), runtimes.create("tvm")],
         QUICK,
         progress=messages.append,
     )

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from rlcompile.measure import MeasureConfig, cpu_mismatch, cpu_signature, environment, measure_latency, summarize
+from rlcompile.machine import cpu_mismatch, cpu_signature, environment
+from rlcompile.measure import MeasureConfig, measure_latency, summarize
 
 
 class FakeClock:

@@ -21,20 +21,28 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from rlcompile.backends.ort import OrtBackend, run_proto
 from rlcompile.errors import RlcompileError
 from rlcompile.graph import cost, onnx_graph, rules, search
+from rlcompile.graph.cleanup import CLEANUP_RULES, clean_graph
 from rlcompile.graph.search import Rewrite, SearchBudget, SearchResult
-from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
+from rlcompile.measure import (
+    DECISION_ROUNDS,
+    DEFAULT,
+    REPORT_ROUNDS,
+    REWRITE_RULE,
+    Contender,
+    LatencyStats,
+    MeasureConfig,
+    contest,
+    run_contest,
+)
 from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import OrtRuntime, run_proto
 from rlcompile.verify import Agreement, compare_outputs
 
-#: The fusions run before the search ("clean"); the search uses every other rule.
-CLEANUP_RULES = ("fuse_conv_batchnorm", "fuse_conv_mul", "fuse_conv_add")
 #: A rewrite must be at least this much faster (and more than the noise) to be kept.
-MIN_GAIN = 0.01
-#: Alternating rounds when the original, the rewrite and the original's twin session are timed.
-ROUNDS = 5
+MIN_GAIN = REWRITE_RULE.min_gain
 
 
 @dataclass
@@ -99,24 +107,24 @@ class Verdict:
 
 
 def judge(original: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: dict[str, np.ndarray],
-          timing: MeasureConfig, threads: int | None = None, rounds: int = ROUNDS) -> Verdict:  # fmt: skip
-    """Time the original, the rewrite and a twin session of the original alternately in ORT_ENABLE_ALL.
+          timing: MeasureConfig, threads: int | None = None, rounds: int = DECISION_ROUNDS) -> Verdict:  # fmt: skip
+    """A contest in ORT_ENABLE_ALL between the original, the rewrite and a twin session of the original.
 
-    The rewrite is kept when it is faster than the original by more than the twin differs from it, and
-    by at least :data:`MIN_GAIN`.
+    The rewrite is kept when it beats the original under :data:`~rlcompile.measure.REWRITE_RULE`.
     """
-    backend = OrtBackend("all", threads=threads) if threads else OrtBackend("all")
-    models = [LoadedModel(f"graph{i}", proto, [], "memory") for i, proto in enumerate((original, rewritten, original))]
-    timers = [backend.prepare(model).timer(feeds) for model in models]
-    before, after, twin = measure_alternating(timers, timing, rounds)
-    return Verdict(keeps(before.median_ms, after.median_ms, twin.median_ms), before, after, twin)
+    runtime, options = OrtRuntime("all"), RuntimeOptions(threads, exclusive=True)
+    timers = [runtime.compile(proto, options, f"graph{i}").timer(feeds)
+              for i, proto in enumerate((original, rewritten, original))]  # fmt: skip
+    standings = run_contest([Contender("original", timers[0]), Contender("rewritten", timers[1]),
+                             Contender("twin", timers[2], twin_of="original")], timing, rounds)  # fmt: skip
+    kept = standings.beats("rewritten", "original", REWRITE_RULE)
+    return Verdict(kept, standings["original"], standings["rewritten"], standings["twin"])
 
 
 def keeps(original_ms: float, rewritten_ms: float, twin_ms: float) -> bool:
     """The rule every graph result passes: faster than the original by more than a second session of the
     original differs from it, and by at least :data:`MIN_GAIN`."""
-    gain, noise = 1 - rewritten_ms / original_ms, abs(twin_ms / original_ms - 1)
-    return gain > max(noise, MIN_GAIN)
+    return contest.beats(original_ms, rewritten_ms, abs(twin_ms / original_ms - 1), REWRITE_RULE)
 
 
 @dataclass
@@ -216,7 +224,7 @@ def start_graph(original: ir.Model, request: GraphRequest,
     everywhere (unless ``request.clean`` is off), and those fusions."""
     if not request.clean:
         return original, []
-    working, cleanup = search.apply_exhaustively(original, rules.all_rules(list(CLEANUP_RULES)))
+    working, cleanup = clean_graph(original)
     progress(f"cleaned: {len(cleanup)} fusions, {len(original.graph)} -> {len(working.graph)} nodes")
     return working, cleanup
 
@@ -349,9 +357,11 @@ def replayed(start: ir.Model, rewrites: Sequence[Rewrite], rule_set: Sequence[ru
 
 
 def time_side_by_side(
-    protos: Sequence[onnx.ModelProto], feeds: dict[str, np.ndarray], timing: MeasureConfig, rounds: int = 2
+    protos: Sequence[onnx.ModelProto], feeds: dict[str, np.ndarray], timing: MeasureConfig, rounds: int = REPORT_ROUNDS
 ) -> list[LatencyStats]:
-    """Time each graph in ORT_ENABLE_ALL, alternating ``rounds`` times; medians over all samples."""
-    backend = OrtBackend("all")
-    sessions = [backend.prepare(LoadedModel(f"graph{i}", proto, [], "memory")) for i, proto in enumerate(protos)]
-    return measure_alternating([session.timer(feeds) for session in sessions], timing, rounds)
+    """Time each graph in ORT_ENABLE_ALL, in turns for ``rounds`` rounds; medians over all samples."""
+    runtime = OrtRuntime("all")
+    contenders = [Contender(f"graph{i}", runtime.compile(proto, name=f"graph{i}").timer(feeds))
+                  for i, proto in enumerate(protos)]  # fmt: skip
+    standings = run_contest(contenders, timing, rounds)
+    return [standings[contender.label] for contender in contenders]

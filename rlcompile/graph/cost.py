@@ -23,13 +23,15 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from rlcompile import atomic
-from rlcompile.backends.ort import create_session, session_options
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import RlcompileError, first_line
 from rlcompile.graph import onnx_graph, regions
 from rlcompile.graph.regions import operator_key
-from rlcompile.measure import MeasureConfig, cpu_identity, host_cores, measure_latency
-from rlcompile.models.onnx_model import first_line
+from rlcompile.machine import cpu_identity, host_cores
+from rlcompile.measure import MeasureConfig, measure_latency
 from rlcompile.models.zoo import cache_root
+from rlcompile.names import GRAPH_COSTS
+from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import OrtRuntime
 
 #: Timing of one operator: short, because a zoo model has hundreds of distinct operators.
 OPERATOR_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
@@ -125,8 +127,8 @@ class OperatorCostModel(CostModel):
         """Median ms of the nodes alone; nodes ONNX Runtime cannot run alone are counted and cost 0."""
         try:
             proto, feeds = subgraph_with_feeds(nodes, opsets)
-            session = create_session(proto.SerializeToString(), session_options(self.opt_level, self.threads), key)
-            return measure_latency(lambda: session.run(None, feeds), self.timing).median_ms
+            runner = OrtRuntime(self.opt_level).compile(proto, RuntimeOptions(self.threads, exclusive=True), key)
+            return measure_latency(runner.timer(feeds), self.timing).median_ms
         except (RlcompileError, ort.capi.onnxruntime_pybind11_state.Fail, ValueError) as error:
             self.failures[key] = first_line(error)
             return 0.0
@@ -254,11 +256,11 @@ class MeasuredCostModel(CostModel):
 
 
 def measure_graph(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int, timing: MeasureConfig) -> float:
-    session = create_session(proto.SerializeToString(), session_options("all", threads), proto.graph.name or "graph")
-    return measure_latency(lambda: session.run(None, feeds), timing).median_ms
+    runner = OrtRuntime("all").compile(proto, RuntimeOptions(threads, exclusive=True), proto.graph.name or "graph")
+    return measure_latency(runner.timer(feeds), timing).median_ms
 
 
-COST_MODELS = ("sum", "fused", "region", "context", "measured")
+COST_MODELS = GRAPH_COSTS
 #: What the graph level optimises unless told otherwise: the closest to ORT_ENABLE_ALL within a model
 #: of the cheap cost models (``benchmarks/graph_rewriting.py --parts costs``; README, "Graph level").
 DEFAULT = "context"

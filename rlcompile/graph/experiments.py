@@ -13,9 +13,8 @@ import onnx_ir as ir
 from rich.console import Console
 from rich.table import Table
 
-from rlcompile.graph import cost, onnx_graph, rules, search
+from rlcompile.graph import cost, onnx_graph, search
 from rlcompile.graph.api import (
-    CLEANUP_RULES,
     GraphRequest,
     keeps,
     optimize_graph,
@@ -24,6 +23,7 @@ from rlcompile.graph.api import (
     time_side_by_side,
     train_policy,
 )
+from rlcompile.graph.cleanup import clean_graph
 from rlcompile.graph.search import SearchBudget
 from rlcompile.measure import DEFAULT
 from rlcompile.models import load_model
@@ -183,7 +183,7 @@ def study_graphs(model, cost_names: Sequence[str], agents: Sequence[str], max_st
     ``per_path`` graphs along the path to its answer, its answer included), ``per_path`` one-rewrite
     successors of the start spread over the candidate list (rewrites a search may reject), all
     deduplicated by hash, and each search's summary (its answer's hash, estimate, time, graphs evaluated)."""
-    start, _ = search.apply_exhaustively(onnx_graph.from_proto(model.proto), rules.all_rules(list(CLEANUP_RULES)))
+    start, _ = clean_graph(onnx_graph.from_proto(model.proto))
     rule_set = search_rules(GraphRequest())
     graphs: Visited = {}
     searches = []

@@ -17,13 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 
-from rlcompile.errors import ModelError, RlcompileError
+from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.kernel.tasks import extract_tasks, prepare_relax
 from rlcompile.kernel.workdir import WorkDir
-from rlcompile.measure import environment
+from rlcompile.machine import check_machine, environment
 from rlcompile.models import LoadedModel, TensorSpec
-from rlcompile.models.onnx_model import first_line
+from rlcompile.models.onnx_model import graph_inputs
+from rlcompile.runtimes import Runner
+from rlcompile.runtimes.ort import run_proto
 from rlcompile.tvm_bridge import load_tensor_intrinsics, tvm
 
 LIBRARY = "model.so"
@@ -51,11 +54,28 @@ def build_executable(model: LoadedModel, work_dir: WorkDir, target: tvm.target.T
         raise ModelError(f"TVM cannot build {model.name} with the tuned records: {first_line(error)}") from None
 
 
+@dataclass(frozen=True)
+class TuningRecords:
+    """A work directory's tuning records, as the TVM runtime builds with them
+    (:class:`rlcompile.runtimes.tvm.TuningRecords`): a model with a kernel that has no record is refused."""
+
+    work_dir: Path
+    target_text: str = "llvm"
+
+    def build(self, model: onnx.ModelProto, name: str, target: tvm.target.Target):
+        from rlcompile.runtimes.tvm import UntunedError
+
+        loaded = LoadedModel(name, model, graph_inputs(model), "segment")
+        work_dir = WorkDir(self.work_dir, self.target_text)
+        tuned, total = tuned_coverage(loaded, work_dir, target)
+        if tuned < total:
+            raise UntunedError(f"{total - tuned} of {total} TVM kernels have no tuning record")
+        return build_executable(loaded, work_dir, target)
+
+
 def export_artifact(model: LoadedModel, executable, target_text: str, output: Path, tuned: tuple[int, int],
                     seed: int = 0) -> Path:  # fmt: skip
     """Write ``model.tar`` with the library, metadata and ONNX Runtime reference outputs."""
-    from rlcompile.backends.ort import run_proto
-
     inputs = model.random_inputs(seed)
     reference = run_proto(model.proto, inputs)
     metadata = {
@@ -102,18 +122,17 @@ class Artifact:
         return self.metadata
 
     @functools.cached_property
-    def session(self):
-        from rlcompile.backends.tvm import TvmSession
-        from rlcompile.tvm_bridge import resolve_target, target_device
+    def runner(self) -> Runner:
+        """The library run by the TVM runtime for the artefact's target."""
+        from rlcompile.runtimes.tvm import TvmRuntime
 
-        device = target_device(resolve_target(self.metadata["target"]))
-        return TvmSession(self.library, device, [spec.name for spec in self.inputs], 0.0)
+        return TvmRuntime(self.metadata["target"]).runner(self.library, [spec.name for spec in self.inputs])
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(feeds)
+        return self.runner.run(feeds)
 
-    def timer(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], None]:
-        return self.session.timer(feeds)
+    def timer(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        return self.runner.timer(feeds)
 
     def describe(self) -> str:
         meta = self.metadata
@@ -126,8 +145,6 @@ def is_artifact(spec: str) -> bool:
 
 def load_artifact(path: Path) -> Artifact:
     """Unpack and load a ``model.tar`` written by :func:`export_artifact`; one from another CPU or TVM is refused."""
-    from rlcompile.plan import check_machine
-
     try:
         with tempfile.TemporaryDirectory(prefix="rlcompile-artifact-") as scratch, tarfile.open(path) as archive:
             folder = Path(scratch)

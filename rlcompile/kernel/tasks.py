@@ -138,7 +138,7 @@ def seed_layer(name: str, target: tvm.target.Target) -> Task:
 
 def prepare_relax(model: LoadedModel) -> tvm.IRModule:
     """Import and fold batch norms into the preceding convolutions (what both tuning and building see)."""
-    module = import_onnx(model)
+    module = import_onnx(model.static_proto(), model.name)
     passes = [tvm.relax.transform.FoldBatchnormToConv2D(), tvm.relax.transform.FoldConstant()]
     return tvm.transform.Sequential(passes)(module)
 

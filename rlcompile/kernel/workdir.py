@@ -24,12 +24,10 @@ from pathlib import Path
 
 from rlcompile import atomic
 from rlcompile.errors import RlcompileError, RlcompileWarning
-from rlcompile.measure import environment
+from rlcompile.machine import cpu_mismatch, environment
 
 #: Environment fields that must match for measurements to be comparable.
-MATCHED_FIELDS = ("target", "cpu", "cpu_signature", "cores", "apache-tvm")
-#: Fields newer than some work directories: compared only where the directory recorded them.
-LATER_FIELDS = ("cpu_signature",)
+MATCHED_FIELDS = ("target", "cpu", "cores", "apache-tvm")
 
 
 def environment_fingerprint(target: str) -> dict:
@@ -104,13 +102,14 @@ class WorkDir:
         if stored_path.exists():
             stored = json.loads(stored_path.read_text())
             for field in MATCHED_FIELDS:
-                if field in LATER_FIELDS and field not in stored:
-                    continue
                 if stored.get(field) != current[field]:
                     raise RlcompileError(
                         f"work dir {self.path} was tuned with {field}={stored.get(field)!r}, this run has "
                         f"{current[field]!r}; its measurements do not apply here (use another --work-dir)"
                     )
+            if mismatch := cpu_mismatch(stored):  # same name, other signature (e.g. with and without AVX-512)
+                raise RlcompileError(f"work dir {self.path} was {mismatch}; its measurements do not apply here "
+                                     "(use another --work-dir)")  # fmt: skip
         else:
             stored_path.write_text(json.dumps(current, indent=1))
 

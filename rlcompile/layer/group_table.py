@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +29,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from rlcompile import atomic
-from rlcompile.backends.ort import OrtBackend
-from rlcompile.errors import ModelError
-from rlcompile.layer import libraries
-from rlcompile.layer.api import fused_model
+from rlcompile import atomic, runtimes
+from rlcompile.errors import ModelError, first_line
+from rlcompile.graph.cleanup import clean_model
 from rlcompile.layer.groups import FusionGroup, fusion_groups, name_nodes
-from rlcompile.layer.network import SINK, SOURCE, Edge
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.segments import (
     Segment,
@@ -45,17 +41,13 @@ from rlcompile.layer.segments import (
     boundary_values,
     cut_segments,
 )
-from rlcompile.layer.table import LAYER_TIMING, LookupTable, save_table, shape_key, time_if_agrees
-from rlcompile.measure import (
-    MeasureConfig,
-    cpu_identity,
-    environment,
-    measure_alternating,
-    measure_latency,
-    package_versions,
-)
-from rlcompile.models.onnx_model import LoadedModel, first_line
+from rlcompile.layer.table import LAYER_TIMING, SINK, SOURCE, Edge, LookupTable, save_table, shape_key, time_if_agrees
+from rlcompile.machine import cpu_identity, environment, package_versions
+from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, measure_after, measure_latency, run_contest
+from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.models.zoo import cache_dir
+from rlcompile.names import REFERENCE_RUNTIME
+from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.threads import spinning_allowed
 
 GROUP_TABLE_VERSION = 6
@@ -70,6 +62,8 @@ PROBE_MAX_WIDTH = 4096
 #: Timing of the probes that measure what splitting a segment costs.
 BOUNDARY_TIMING = MeasureConfig(warmup=3, min_repeats=15, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
 Progress = Callable[[str], None]
+#: The contender that runs the user's model natively in ONNX Runtime during calibration.
+NATIVE = "ort native"
 
 
 @dataclass
@@ -109,18 +103,18 @@ class GroupedModel:
         """Extracts this model's segments; built once (it copies the whole model)."""
         return SegmentExtractor(self.proto, self.examples)
 
-    def engine(self, assignment: Sequence[str], threads: int, created: Mapping[str, libraries.Library],
+    def engine(self, assignment: Sequence[str], threads: int, created: Mapping[str, Runtime],
                ) -> SegmentEngine:  # fmt: skip
         return SegmentEngine.compile(self.segments(assignment), self.inputs, self.outputs, threads, created)
 
 
     def runs_original(self, library: str) -> bool:
         """Whether ``library`` claims every node of the model as loaded (before BatchNorm folding)."""
-        return libraries.create(library).supports(list(self.original.proto.graph.node))
+        return runtimes.create(library).supports(list(self.original.proto.graph.node))
 
 
 def group_model(model: LoadedModel, seed: int = 0) -> GroupedModel:
-    proto = name_nodes(fused_model(model).proto)
+    proto = name_nodes(clean_model(model).proto)
     groups = fusion_groups(proto)
     feeds = model.random_inputs(seed)
     examples = dict(feeds) | boundary_values(proto, feeds, [name for group in groups for name in group.outputs])
@@ -149,7 +143,7 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
     return directory / f"{model.name}.groups-{content}-{machine}.json"
 
 
-def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, libraries.Library], threads: int, path: Path,
+def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int, path: Path,
                            progress: Progress = lambda m: None) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
     if path.exists():
@@ -165,7 +159,7 @@ def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, librarie
     return table, False
 
 
-def profile_groups(grouped: GroupedModel, created: Mapping[str, libraries.Library], threads: int,
+def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int,
                    progress: Progress = lambda m: None, timing: MeasureConfig = LAYER_TIMING,
                    checkpoint: Path | None = None) -> LookupTable:  # fmt: skip
     """Standalone group times, boundary costs, then the calibration on single-library plans.
@@ -179,7 +173,7 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, libraries.Librar
     conversions = time_boundaries(edges, created, threads)
     names = [group.name for group in grouped.groups]
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
-                        rejected, environment(threads), host="host", default=libraries.REFERENCE)  # fmt: skip
+                        rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
     calibrate(table, grouped, created, threads, progress)
     return table
 
@@ -219,8 +213,8 @@ def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | 
                 standalone[group.name][name] = ms
             else:
                 rejected.setdefault(group.name, {})[name] = reason
-        if libraries.REFERENCE not in standalone[group.name]:
-            why = rejected.get(group.name, {}).get(libraries.REFERENCE, "?")
+        if REFERENCE_RUNTIME not in standalone[group.name]:
+            why = rejected.get(group.name, {}).get(REFERENCE_RUNTIME, "?")
             raise ModelError(f"ONNX Runtime cannot run group {group.name} on its own: {why}")
         write_checkpoint(checkpoint, standalone, rejected)
     return standalone, rejected
@@ -232,7 +226,7 @@ def time_group(library, proto, nodes, inputs, expected, threads, timing) -> tupl
         return float("nan"), "unsupported operator"
 
     def prepare():
-        runner = library.compile(proto, threads)
+        runner = library.compile(proto, RuntimeOptions(threads))
         return (lambda: runner(inputs)), runner(inputs)
 
     return time_if_agrees(prepare, expected, timing, "ONNX Runtime")
@@ -268,14 +262,7 @@ def probe_model(shape: tuple[int, ...], depth: int) -> onnx.ModelProto:
 def handoff_ms(before: Callable[[], object] | None, after: Callable[[], object],
                repeats: int = BOUNDARY_REPEATS) -> float:  # fmt: skip
     """Median time of ``after()`` when it runs right after ``before()`` (warm-up of 3 pairs)."""
-    samples = []
-    for _ in range(3 + repeats):
-        if before is not None:
-            before()
-        started = time.perf_counter()
-        after()
-        samples.append(time.perf_counter() - started)
-    return float(np.median(samples[3:])) * 1e3
+    return measure_after(before, after, repeats)
 
 
 def split_ms(single: Callable[[np.ndarray], object], chain: Callable[[np.ndarray], object], array: np.ndarray) -> float:
@@ -305,8 +292,9 @@ def time_boundaries(edges: Sequence[Edge], created, threads) -> dict[str, dict[s
 def time_boundary(shape: tuple[int, ...], created, threads: int, rng: np.random.Generator) -> dict[str, float]:
     """The boundary costs of one tensor shape (see :func:`time_boundaries`)."""
     array = rng.standard_normal(shape).astype(np.float32)
-    single = {name: library.compile(probe_model(shape, 1), threads) for name, library in created.items()}
-    chain = {name: library.compile(probe_model(shape, 2), threads) for name, library in created.items()}
+    options = RuntimeOptions(threads)
+    single = {name: library.compile(probe_model(shape, 1), options) for name, library in created.items()}
+    chain = {name: library.compile(probe_model(shape, 2), options) for name, library in created.items()}
     calls = {name: (lambda runner=runner, array=array: runner([array])) for name, runner in single.items()}
     split = {name: split_ms(lambda x, r=single[name]: r([x]), lambda x, r=chain[name]: r([x]), array)
              for name in created}  # fmt: skip
@@ -361,10 +349,12 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
         except Exception as error:  # that library keeps its uncalibrated estimates, reported
             progress(f"calibration: {name}'s single-library plan does not compile ({first_line(error)})")
     plans = {name: plans[name] for name in engines}
-    timers = [lambda engine=engine: engine.run(feeds) for engine in engines.values()]
-    native = OrtBackend("all", threads=threads).prepare(grouped.original).timer(feeds) if grouped.original else None
-    stats = measure_alternating([*timers, *([native] if native else [])], PLAN_TIMING, rounds=5)
-    measured = {name: result.median_ms for name, result in zip(plans, stats, strict=False)}
+    contenders = [Contender(name, lambda engine=engine: engine.run(feeds)) for name, engine in engines.items()]
+    if grouped.original is not None:
+        native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
+        contenders.append(Contender(NATIVE, native.timer(feeds)))
+    standings = run_contest(contenders, PLAN_TIMING, DECISION_ROUNDS)
+    measured = {name: standings.median(name) for name in plans}
     factors: dict[str, float] = {}
     for library, plan in plans.items():
         problem = SelectionProblem(table)
@@ -379,4 +369,5 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
             if library in table.options[name]:
                 table.options[name][library] = estimated[name][library] * factors[library]
     table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": factors,
-                   "single_library_ms": measured, "ort_native_ms": stats[-1].median_ms if native else None}  # fmt: skip
+                   "single_library_ms": measured,
+                   "ort_native_ms": standings.median(NATIVE) if grouped.original is not None else None}  # fmt: skip

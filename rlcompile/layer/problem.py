@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlcompile.layer.network import SINK, SOURCE
-from rlcompile.layer.table import LookupTable
+from rlcompile.layer.table import SINK, SOURCE, LookupTable
 
 
 @dataclass(frozen=True)

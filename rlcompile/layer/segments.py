@@ -18,8 +18,9 @@ import numpy as np
 import onnx
 import onnx.utils
 
-from rlcompile.layer import libraries
+from rlcompile import runtimes
 from rlcompile.layer.groups import FusionGroup
+from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
 
 
 @dataclass
@@ -59,7 +60,7 @@ def cut_segments(groups: Sequence[FusionGroup], assignment: Sequence[str],
 
 def boundary_values(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict:
     """The values of ``names`` (activations inside the model) for ``feeds``, from one ONNX Runtime run."""
-    from rlcompile.backends.ort import run_proto
+    from rlcompile.runtimes.ort import run_proto
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -105,7 +106,7 @@ class SegmentExtractor:
 @dataclass
 class CompiledSegment:
     segment: Segment
-    runner: libraries.Runner
+    runner: Runner
     compile_seconds: float
 
 
@@ -123,14 +124,14 @@ class SegmentEngine:
 
     @classmethod
     def compile(cls, segments: Sequence[Segment], inputs: Sequence[str], outputs: Sequence[str], threads: int,
-                created: Mapping[str, libraries.Library] | None = None) -> SegmentEngine:  # fmt: skip
-        """Compile every segment with its library (``created`` maps names to configured libraries)."""
+                created: Mapping[str, Runtime] | None = None) -> SegmentEngine:  # fmt: skip
+        """Compile every segment with its runtime (``created`` maps names to configured runtimes)."""
         compiled = []
-        exclusive = len(segments) == 1
+        options = RuntimeOptions(threads, exclusive=len(segments) == 1)
         for segment in segments:
-            library = (created or {}).get(segment.library) or libraries.create(segment.library)
+            runtime = (created or {}).get(segment.library) or runtimes.create(segment.library)
             started = time.perf_counter()
-            runner = library.compile(segment.proto, threads, exclusive)
+            runner = runtime.compile(segment.proto, options)
             compiled.append(CompiledSegment(segment, runner, time.perf_counter() - started))
         return cls(compiled, inputs, outputs)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rlcompile.backends.ort import OrtBackend, run_proto
-from rlcompile.errors import ModelError
-from rlcompile.layer import libraries, solvers
+from rlcompile import runtimes
+from rlcompile.errors import ModelError, first_line
+from rlcompile.layer import solvers
 from rlcompile.layer.group_table import (
     GroupedModel,
     group_model,
@@ -32,20 +32,34 @@ from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
 from rlcompile.layer.table import LookupTable, save_table
-from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
-from rlcompile.models.onnx_model import LoadedModel, first_line
+from rlcompile.measure import (
+    DECISION_ROUNDS,
+    DEFAULT,
+    PLAN_RULE,
+    Contender,
+    KeepRule,
+    LatencyStats,
+    MeasureConfig,
+    contest,
+    run_contest,
+    spread_over,
+)
+from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.names import REFERENCE_RUNTIME
+from rlcompile.runtimes import Runtime, RuntimeOptions
+from rlcompile.runtimes.ort import run_proto
 from rlcompile.verify import Agreement, compare_outputs
 
 #: Candidates measured within this fraction of the fastest are ties (then fewer segments wins).
-TIE_BAND = 0.02
+TIE_BAND = PLAN_RULE.tie_band
 #: A second, identical ONNX Runtime session timed with the others: its ratio to the first is the noise.
 NOISE_PROBE = "ort native (identical session)"
 OPENVINO_NOISE_PROBE = "openvino native (identical session)"
 PROBES = {NOISE_PROBE: "ort native", OPENVINO_NOISE_PROBE: "openvino native"}
 #: The learned factor on boundaries between libraries stays within this range.
 BOUNDARY_SCALE_RANGE = (1.0, 20.0)
-#: Alternation rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
-ROUNDS = 5
+#: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
+ROUNDS = DECISION_ROUNDS
 Progress = Callable[[str], None]
 
 
@@ -163,17 +177,26 @@ class Selection:
         return rows
 
 
-def create_libraries(names: list[str], tuning_db: Path | None) -> tuple[dict[str, libraries.Library], dict[str, str]]:
-    """The usable libraries by name, and why the others cannot be used here."""
+def create_libraries(names: list[str], tuning_db: Path | None) -> tuple[dict[str, Runtime], dict[str, str]]:
+    """The usable runtimes by name (TVM with the tuning records of ``tuning_db`` when given), and why the
+    others cannot be used here."""
     created, unavailable = {}, {}
     for name in names:
-        library = libraries.create(name, tuning_db)
-        reason = library.unavailable()
+        runtime = create_runtime(name, tuning_db)
+        reason = runtime.unavailable()
         if reason is None:
-            created[name] = library
+            created[name] = runtime
         else:
             unavailable[name] = reason
     return created, unavailable
+
+
+def create_runtime(name: str, tuning_db: Path | None) -> Runtime:
+    if name == "tvm" and tuning_db is not None:
+        from rlcompile.kernel.artifact import TuningRecords
+
+        return runtimes.create("tvm", tuning=TuningRecords(Path(tuning_db)))
+    return runtimes.create(name)
 
 
 def candidate_plans(problem: SelectionProblem, named: list[tuple[str, list[int] | list[str]]],
@@ -241,12 +264,11 @@ def library_boundaries(problem: SelectionProblem, choices: list[int]) -> float:
     return total
 
 
-def pick(candidates: list[Candidate], tie_band: float = TIE_BAND) -> Candidate:
-    """The fastest measured candidate; among those within ``tie_band`` of it, the one with fewest segments."""
-    runnable = [candidate for candidate in candidates if candidate.measured is not None]
-    fastest = min(candidate.measured.median_ms for candidate in runnable)
-    ties = [c for c in runnable if c.measured.median_ms <= fastest * (1 + tie_band)]
-    return min(ties, key=lambda c: (c.segments, c.measured.median_ms))
+def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE) -> Candidate:
+    """The fastest measured candidate; among those within the rule's tie band of it, the one with fewest segments."""
+    runnable = {str(index): c for index, c in enumerate(candidates) if c.measured is not None}
+    entries = [(key, c.measured.median_ms, c.segments) for key, c in runnable.items()]
+    return runnable[contest.fastest(entries, rule)]
 
 
 def select_segments(
@@ -272,7 +294,7 @@ def select_segments(
     ``mixed=False``: only single-library plans are candidates (no library switches).
     """
     solver = solvers.create(agent, **solver_options)
-    created, unavailable = create_libraries(library_names or libraries.parse(None, tuning_db), tuning_db)
+    created, unavailable = create_libraries(library_names or runtimes.parse(None, tuning_db is not None), tuning_db)
     for name, why in unavailable.items():
         progress(f"library {name} left out: {why}")
     progress("folding batch norms, forming fusion groups, reading activations")
@@ -307,7 +329,7 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
     """The user's original model run natively, as one-segment plans, by ONNX Runtime and OpenVINO."""
     everything = list(range(len(grouped.groups)))
     candidates = []
-    for name in (libraries.REFERENCE, "openvino"):
+    for name in (REFERENCE_RUNTIME, "openvino"):
         if name not in created:
             continue
         segment = Segment(name, everything, list(grouped.inputs), list(grouped.outputs), baseline.proto)
@@ -369,17 +391,17 @@ def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], creat
 
 def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callable], timing: MeasureConfig,
                          feeds: dict[str, np.ndarray]) -> dict[str, LatencyStats]:  # fmt: skip
-    """Time the runnable candidates and the native runs alternately; fills ``candidate.measured``."""
+    """One contest between the runnable candidates and the native runs; fills ``candidate.measured``."""
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
-    timers = [lambda c=c: c.engine.run(feeds) for c in runnable]
-    # the noise probe runs first and ORT native last in each round, so their ratio spans the round
-    probe = [name for name in natives if name in PROBES]
-    others = [name for name in natives if name not in PROBES]
-    stats = measure_alternating([*[natives[n] for n in probe], *timers, *[natives[n] for n in others]],
-                                interleaved(timing), rounds=ROUNDS)  # fmt: skip
-    for candidate, measured in zip(runnable, stats[len(probe) :], strict=False):
-        candidate.measured = measured
-    return dict(zip(probe + others, [*stats[: len(probe)], *stats[len(probe) + len(runnable) :]], strict=True))
+    # the twins run first and ORT native last in the first round, so their ratio spans the round
+    probes = [Contender(name, call, twin_of=PROBES[name]) for name, call in natives.items() if name in PROBES]
+    plans = [Contender(f"plan {index}", lambda c=c: c.engine.run(feeds), simplicity=c.segments)
+             for index, c in enumerate(runnable)]  # fmt: skip
+    others = [Contender(name, call) for name, call in natives.items() if name not in PROBES]
+    standings = run_contest([*probes, *plans, *others], spread_over(timing, ROUNDS), ROUNDS)
+    for candidate, contender in zip(runnable, plans, strict=True):
+        candidate.measured = standings[contender.label]
+    return {contender.label: standings[contender.label] for contender in [*probes, *others]}
 
 
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
@@ -390,12 +412,6 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
     return time_candidates_once(candidates, natives, timing, grouped.feeds)
 
 
-def interleaved(timing: MeasureConfig, rounds: int = ROUNDS) -> MeasureConfig:
-    """``timing`` spread over ``rounds`` shorter blocks: the same time in all, finer alternation."""
-    return replace(timing, min_time_s=timing.min_time_s * 2 / rounds,
-                   min_repeats=max(3, timing.min_repeats * 2 // rounds))  # fmt: skip
-
-
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:
     """ONNX Runtime (and OpenVINO when usable) on the original model, as a user would run it.
 
@@ -403,10 +419,9 @@ def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int
     """
     timers = {}
     for name in (NOISE_PROBE, "ort native"):
-        timers[name] = OrtBackend("all", threads=threads).prepare(model).timer(feeds)
+        timers[name] = model.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True)
+                                     ).timer(feeds)  # fmt: skip
     if "openvino" in created:
-        arrays = list(feeds.values())
         for name in (OPENVINO_NOISE_PROBE, "openvino native"):
-            runner = created["openvino"].compile(model.proto, threads)
-            timers[name] = lambda runner=runner: runner(arrays)
+            timers[name] = model.compile(created["openvino"], RuntimeOptions(threads)).timer(feeds)
     return timers

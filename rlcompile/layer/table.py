@@ -1,29 +1,37 @@
-"""The profiler and the lookup table it fills (QS-DNN's offline phase).
+"""The lookup table both layer-level paths fill and every solver reads: measured milliseconds per
+layer (or fusion group) and option, and per boundary and tensor shape.
 
-Every primitive that claims a layer is first checked against the default (ONNX Runtime) on random
-inputs, then timed (warm-up, median). Every layout conversion a plan might need is timed once per
-tensor shape. The table is JSON, stored next to the model (the zoo's cache directory for built-in
-models) under a name that includes the model's and the machine's fingerprints, and reused.
+The per-operator path (QS-DNN's own, :mod:`rlcompile.layer.per_operator`) fills it with primitives
+and layout conversions; the fusion-group path (:mod:`rlcompile.layer.group_table`) with runtimes and
+the cost of crossing between them. :class:`Edge` is one activation passed from a producer to a
+consumer; what a plan pays between options is paid on edges.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
-
 from rlcompile import atomic
-from rlcompile.layer import primitives
-from rlcompile.layer.network import Edge, Network
-from rlcompile.measure import MeasureConfig, cpu_identity, environment, measure_latency
-from rlcompile.models.onnx_model import LoadedModel, first_line
-from rlcompile.models.zoo import cache_dir
+from rlcompile.errors import first_line
+from rlcompile.measure import MeasureConfig, measure_latency
 from rlcompile.verify import compare_outputs
+
+#: Pseudo-layers: the one that produces the model's inputs and the one that consumes its outputs, both
+#: in NCHW (as the user gives and expects them).
+SOURCE = "<input>"
+SINK = "<output>"
+
+
+@dataclass(frozen=True)
+class Edge:
+    producer: str
+    consumer: str
+    value: str
+    shape: tuple[int, ...]
+
+
 
 #: Per-layer timing: the seed averages 50 runs; we take the median of at least 10 after warm-up.
 LAYER_TIMING = MeasureConfig(warmup=3, min_repeats=10, min_time_s=0.05, max_time_s=3.0, floor_repeats=3)
@@ -78,60 +86,8 @@ class LookupTable:
 Progress = Callable[[str], None]
 
 
-def table_path(model: LoadedModel, threads: int, directory: Path | None = None) -> Path:
-    """Next to the model, named by the model's content and this machine (CPU, threads, ORT, torch)."""
-    import torch
-
-    identity = f"{cpu_identity()}|{threads}|ort {ort.__version__}|torch {torch.__version__}|v{TABLE_VERSION}"
-    machine = hashlib.sha1(identity.encode()).hexdigest()[:10]
-    content = hashlib.sha1(model.serialized).hexdigest()[:10]
-    if directory is None:
-        directory = cache_dir() if model.source.startswith("zoo:") else Path(model.source).parent
-    return directory / f"{model.name}.layers-{content}-{machine}.json"
-
-
-def load_or_profile(model: LoadedModel, network: Network, path: Path, progress: Progress = lambda m: None,
-                    timing: MeasureConfig = LAYER_TIMING) -> tuple[LookupTable, bool]:  # fmt: skip
-    """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
-    if path.exists():
-        try:
-            return LookupTable.from_json(json.loads(path.read_text())), True
-        except (ValueError, KeyError, TypeError):
-            progress(f"ignoring unreadable table {path}")
-    table = profile(network, progress, timing)
-    save_table(table, path)
-    return table, False
-
-
 def save_table(table: LookupTable, path: Path) -> None:
     atomic.write_json(path, table.to_json(), indent=1)
-
-
-def profile(network: Network, progress: Progress = lambda m: None, timing: MeasureConfig = LAYER_TIMING) -> LookupTable:
-    """Check and time every candidate primitive of every layer, and every conversion."""
-    rng = np.random.default_rng(0)
-    options: dict[str, dict[str, float]] = {}
-    rejected: dict[str, dict[str, str]] = {}
-    layouts: dict[str, str] = {}
-    for index, layer in enumerate(network.layers):
-        progress(f"profiling layer {index + 1}/{len(network.layers)}: {layer.name} ({layer.describe()})")
-        inputs = [random_activation(shape, rng) for shape in layer.input_shapes]
-        reference = primitives.create(primitives.DEFAULT).prepare(layer)(inputs)
-        options[layer.name] = {}
-        for primitive in primitives.candidates(layer):
-            ms, reason = time_primitive(primitive, layer, inputs, reference, timing)
-            if reason is None:
-                options[layer.name][primitive.name] = ms
-                layouts[primitive.name] = primitive.layout
-            else:
-                rejected.setdefault(layer.name, {})[primitive.name] = reason
-    conversions = time_conversions(network.edges, timing, rng)
-    return LookupTable(network.name, [layer.name for layer in network.layers], options, layouts, network.edges,
-                       conversions, rejected, environment(primitives.THREADS["count"]))  # fmt: skip
-
-
-def random_activation(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
 
 
 def time_if_agrees(prepare: Callable[[], tuple[Callable[[], object], list]], reference: list, timing: MeasureConfig,
@@ -146,29 +102,3 @@ def time_if_agrees(prepare: Callable[[], tuple[Callable[[], object], list]], ref
     if not agreement.within():
         return float("nan"), f"disagrees with {reference_name} (max rel err {agreement.max_rel:.1e})"
     return measure_latency(call, timing).median_ms, None
-
-
-def time_primitive(primitive, layer, inputs, reference, timing) -> tuple[float, str | None]:
-    """(median ms, None) if the primitive agrees with the reference; (nan, why not) otherwise."""
-
-    def prepare():
-        kernel = primitive.prepare(layer)
-        converted = [primitives.convert(x, "nchw", primitive.layout) for x in inputs]
-        outputs = [primitives.convert(np.asarray(y), primitive.layout, "nchw") for y in kernel(converted)]
-        return (lambda: kernel(converted)), outputs
-
-    return time_if_agrees(prepare, reference, timing, primitives.DEFAULT)
-
-
-def time_conversions(edges: list[Edge], timing: MeasureConfig, rng: np.random.Generator) -> dict[str, dict[str, float]]:
-    conversions: dict[str, dict[str, float]] = {}
-    for shape in sorted({edge.shape for edge in edges if len(edge.shape) == 4}):
-        nchw = random_activation(shape, rng)
-        nhwc = primitives.convert(nchw, "nchw", "nhwc")
-        conversions[shape_key(shape)] = {
-            f"{source}->{target}": measure_latency(
-                lambda array=array, source=source, target=target: primitives.convert(array, source, target), timing
-            ).median_ms
-            for array, source, target in ((nchw, "nchw", "nhwc"), (nhwc, "nhwc", "nchw"))
-        }
-    return conversions

@@ -14,12 +14,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
-from rlcompile.errors import DynamicShapeError, ModelError
+from rlcompile.errors import DynamicShapeError, ModelError, first_line
 from rlcompile.verify import compare_outputs
+
+if TYPE_CHECKING:
+    from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
 
 #: Highest IR version ONNX Runtime 1.31 accepts.
 MAX_IR_VERSION = 13
@@ -75,6 +79,18 @@ class LoadedModel:
 
     def op_counts(self) -> Counter[str]:
         return Counter(node.op_type for node in self.proto.graph.node)
+
+    def static_proto(self) -> onnx.ModelProto:
+        """The proto a compiler that needs constant shapes imports (see :func:`foldable_for_import`)."""
+        return foldable_for_import(self)
+
+    def compile(self, runtime: Runtime, options: RuntimeOptions | None = None) -> Runner:
+        """This model compiled by ``runtime`` (natively unless ``options`` say otherwise): the one way a whole
+        model is handed to a runtime, folded first for runtimes that need constant shapes."""
+        from rlcompile.runtimes import NATIVE
+
+        proto = self.static_proto() if runtime.needs_static_shapes else self.proto
+        return runtime.compile(proto, options or NATIVE, self.name)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Reproducible random inputs; see :func:`random_tensor`."""
@@ -230,7 +246,7 @@ def fold_with_ort(proto: onnx.ModelProto) -> onnx.ModelProto:
     standard ONNX operators only), saved as a model (checked by :func:`checked_fold`)."""
     import tempfile
 
-    from rlcompile.backends.ort import create_session, session_options
+    from rlcompile.runtimes.ort import create_session, session_options
 
     with tempfile.TemporaryDirectory(prefix="rlcompile-fold-") as scratch:
         options = session_options("basic")
@@ -244,7 +260,7 @@ def fold_with_ort(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def checked_fold(fold, proto: onnx.ModelProto, inputs: list[TensorSpec], how: str) -> onnx.ModelProto:
     """``fold(proto)`` when its outputs agree with the original's in ONNX Runtime; :class:`ModelError` otherwise."""
-    from rlcompile.backends.ort import run_proto
+    from rlcompile.runtimes.ort import run_proto
 
     folded = fold(proto)
     folded.ir_version = min(folded.ir_version, MAX_IR_VERSION)
@@ -291,11 +307,3 @@ def load_onnx_file(path: Path, input_shapes: Mapping[str, Shape] | None = None) 
             model.fold_failure = str(error)
             model.notes.append(f"not folded ({error}); ONNX Runtime runs it as it is")
     return model
-
-
-def first_line(error: BaseException) -> str:
-    """The first non-empty line of an exception's message (TVM and ORT messages span pages)."""
-    for line in str(error).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(error).__name__

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlcompile.layer import libraries
+from rlcompile import runtimes
 from rlcompile.layer.selection import Selection, select_segments
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
@@ -103,7 +103,7 @@ def layer_stage(model: LoadedModel, original: LoadedModel, settings: StageSettin
     ``mixed=False`` (the layer level not asked for): only whole-model single-library plans compete.
     """
     started = time.monotonic()
-    names = libraries.parse(settings.libraries, tuning_db)
+    names = runtimes.parse(settings.libraries, tuning_db is not None)
     selection = select_segments(model, settings.layer_agent, settings.seed, settings.threads, names, tuning_db,
                                 table_dir, settings.timing, progress, mixed=mixed,
                                 baseline=original if model is not original else None)  # fmt: skip

@@ -9,9 +9,9 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
-from rlcompile.backends.ort import run_proto
 from rlcompile.graph import onnx_graph
 from rlcompile.models.onnx_model import LoadedModel, graph_inputs
+from rlcompile.runtimes.ort import run_proto
 from rlcompile.verify import Agreement, compare_outputs
 
 OPSET = 17

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rlcompile.backends.ort import run_proto
 from rlcompile.graph import onnx_graph, rules
 from rlcompile.graph.api import GraphRequest, optimize_graph, verified
 from rlcompile.graph.rules.base import StructuralRule
 from rlcompile.graph.search import Rewrite
 from rlcompile.measure import QUICK
+from rlcompile.runtimes.ort import run_proto
 from tests.graph.conftest import loaded
 from tests.graph.test_search import inception_block
 

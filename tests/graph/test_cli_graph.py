@@ -8,9 +8,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from rlcompile.backends.ort import run_proto
 from rlcompile.cli import main
 from rlcompile.models import load_model
+from rlcompile.runtimes.ort import run_proto
 from rlcompile.verify import compare_outputs
 
 

@@ -7,9 +7,9 @@ import json
 import onnx
 import pytest
 
-from rlcompile.backends.ort import run_proto
 from rlcompile.graph import onnx_graph, regions, rules
 from rlcompile.graph.cost import ContextCostModel, OperatorCostModel, RegionCostModel, subgraph_with_feeds
+from rlcompile.runtimes.ort import run_proto
 from tests.graph.conftest import GraphBuilder
 
 

@@ -7,18 +7,20 @@ from pathlib import Path
 
 import numpy as np
 
-from rlcompile.backends.ort import run_proto
 from rlcompile.cli import main
-from rlcompile.layer.api import fused_model, select
-from rlcompile.layer.engine import Engine
-from rlcompile.layer.network import SINK, SOURCE, network_from_model
+from rlcompile.graph.cleanup import clean_model
+from rlcompile.layer.per_operator.api import select
+from rlcompile.layer.per_operator.engine import Engine
+from rlcompile.layer.per_operator.network import network_from_model
+from rlcompile.layer.table import SINK, SOURCE
 from rlcompile.measure import QUICK
 from rlcompile.models import load_model
+from rlcompile.runtimes.ort import run_proto
 from rlcompile.verify import compare_outputs
 
 
 def test_network_fuses_batchnorm_and_links_every_layer():
-    network = network_from_model(fused_model(load_model("resnet18")))
+    network = network_from_model(clean_model(load_model("resnet18")))
     assert not any(layer.op_type == "BatchNormalization" for layer in network.layers)
     names = {layer.name for layer in network.layers}
     assert all(edge.producer in names | {SOURCE} and edge.consumer in names | {SINK} for edge in network.edges)
@@ -34,7 +36,7 @@ def test_select_profiles_once_and_every_plan_runs(tmp_path: Path):
     second = select(model, "qlearning", table_dir=tmp_path, timing=None, episodes=200)
     assert second.table_reused and second.agreement.within()
     assert second.result.total_ms >= first.result.total_ms - 1e-9
-    network = network_from_model(fused_model(model))
+    network = network_from_model(clean_model(model))
     for agent in ("greedy", "single", "random"):
         run = select(model, agent, table_dir=tmp_path, timing=None, **({"episodes": 50} if agent == "random" else {}))
         feeds = model.random_inputs(3)
@@ -44,7 +46,7 @@ def test_select_profiles_once_and_every_plan_runs(tmp_path: Path):
 
 def test_engine_converts_layouts_between_primitives():
     model = load_model("lenet5")
-    network = network_from_model(fused_model(model))
+    network = network_from_model(clean_model(model))
     plan = {layer.name: "ort:basic" for layer in network.layers}
     convs = [layer.name for layer in network.layers if layer.op_type == "Conv"]
     plan[convs[0]] = "torch:onednn_nhwc"  # NHWC in the middle of an NCHW plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlcompile.layer.api import fused_model
+from rlcompile.graph.cleanup import clean_model
 from rlcompile.layer.groups import fusion_groups, name_nodes
 from rlcompile.models import load_model
 from tests.graph.conftest import GraphBuilder
@@ -23,7 +23,7 @@ def check_topological(proto, groups) -> None:
 
 
 def test_resnet18_groups_keep_bias_activation_and_residual_with_their_convolution():
-    proto = name_nodes(fused_model(load_model("resnet18")).proto)
+    proto = name_nodes(clean_model(load_model("resnet18")).proto)
     groups = fusion_groups(proto)
     check_topological(proto, groups)
     kinds = [group.describe() for group in groups]
@@ -58,7 +58,7 @@ def test_an_operator_fed_only_by_model_inputs_starts_its_own_group():
 
 @pytest.mark.parametrize("name", ["googlenet", "bert_tiny", "mobilenet_v2"])
 def test_zoo_groups_are_topological(name: str):
-    proto = name_nodes(fused_model(load_model(name)).proto)
+    proto = name_nodes(clean_model(load_model(name)).proto)
     groups = fusion_groups(proto)
     check_topological(proto, groups)
     assert len(groups) < len(proto.graph.node)

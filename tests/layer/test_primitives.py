@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlcompile.layer import primitives
-from rlcompile.layer.network import network_from_model
+from rlcompile.layer.per_operator import primitives
+from rlcompile.layer.per_operator.network import network_from_model
 from rlcompile.verify import compare_outputs
 from tests.graph.conftest import GraphBuilder, loaded
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlcompile.backends.ort import OrtBackend, run_proto
-from rlcompile.layer import libraries
+from rlcompile import runtimes
 from rlcompile.layer.group_table import group_model
 from rlcompile.layer.groups import FusionGroup
 from rlcompile.layer.segments import cut_segments
-from rlcompile.measure import MeasureConfig, measure_alternating
+from rlcompile.measure import Contender, MeasureConfig, run_contest
 from rlcompile.models import load_model
+from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import run_proto
 from rlcompile.verify import compare_outputs
 
 
@@ -36,7 +37,7 @@ def squeezenet():
 @pytest.mark.parametrize("pattern", [("ort", "openvino"), ("openvino", "torch", "ort"), ("torch",)])
 def test_every_mixed_plan_agrees_with_onnx_runtime(squeezenet, pattern):
     model, grouped = squeezenet
-    created = {name: libraries.create(name) for name in pattern}
+    created = {name: runtimes.create(name) for name in pattern}
     assignment = [pattern[(index // 3) % len(pattern)] for index in range(len(grouped.groups))]
     engine = grouped.engine(assignment, threads=2, created=created)
     assert len(engine.compiled) == len(cut_segments(grouped.groups, assignment, grouped.outputs))
@@ -47,14 +48,15 @@ def test_every_mixed_plan_agrees_with_onnx_runtime(squeezenet, pattern):
 @pytest.mark.slow
 def test_the_all_ort_plan_is_one_segment_as_fast_as_ort_native(squeezenet):
     model, grouped = squeezenet
-    engine = grouped.engine(["ort"] * len(grouped.groups), threads=2, created={"ort": libraries.create("ort")})
+    engine = grouped.engine(["ort"] * len(grouped.groups), threads=2, created={"ort": runtimes.create("ort")})
     assert len(engine.compiled) == 1
     feeds = grouped.feeds
-    native, twin = (OrtBackend("all", threads=2).prepare(model).timer(feeds) for _ in range(2))
+    native, twin = (model.compile(runtimes.create("ort"), RuntimeOptions(2, exclusive=True)).timer(feeds)
+                    for _ in range(2))  # fmt: skip
     timing = MeasureConfig(warmup=5, min_repeats=30, min_time_s=0.5, max_time_s=5.0)
-    plan, reference, second = measure_alternating([lambda: engine.run(feeds), native, twin], timing, rounds=3)
+    standings = run_contest([Contender("plan", lambda: engine.run(feeds)), Contender("native", native),
+                             Contender("twin", twin, twin_of="native")], timing, rounds=3)  # fmt: skip
     # one ORT session over the (BatchNorm-folded) model: the same work. 15% for a busy CI machine, plus
     # however far two identical native sessions were apart in the same rounds (up to 20% seen on 2 cores)
-    noise = abs(second.median_ms / reference.median_ms - 1)
-    assert plan.median_ms / reference.median_ms < 1.15 + noise
+    assert standings.median("plan") / standings.median("native") < 1.15 + standings.noise
     assert np.allclose(engine.run(feeds)[0], run_proto(model.proto, feeds)[0], rtol=1e-4, atol=1e-5)

@@ -114,11 +114,11 @@ def test_select_bad_options_exit_2(capsys, tmp_path: Path):
 
 
 def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: Path):
-    from rlcompile.layer import libraries
+    from rlcompile import runtimes
     from rlcompile.layer.group_table import group_model, load_or_profile_groups
 
     grouped = group_model(load_model("lenet5"))
-    created = {"ort": libraries.create("ort")}
+    created = {"ort": runtimes.create("ort")}
     path = tmp_path / "table.json"
 
     def interrupt_at_group_3(message: str) -> None:
@@ -137,10 +137,9 @@ def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: 
 
 
 def test_measured_mixed_plans_teach_the_table_what_a_switch_costs():
-    from rlcompile.layer.network import SINK, SOURCE, Edge
     from rlcompile.layer.problem import SelectionProblem, exact
     from rlcompile.layer.selection import fit_boundary_scale
-    from rlcompile.layer.table import LookupTable
+    from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 
     # two groups in a chain; "b" is 0.5 ms faster on the second, and the table thinks a switch costs 0.1 ms
     edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]

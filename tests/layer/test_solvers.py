@@ -8,10 +8,9 @@ import random
 import pytest
 
 from rlcompile.layer import solvers
-from rlcompile.layer.network import SINK, SOURCE, Edge
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.solvers.qlearning import QLearning
-from rlcompile.layer.table import LookupTable
+from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 
 LAYOUTS = {"fast:nhwc": "nhwc", "fast:nchw": "nchw", "slow:nchw": "nchw", "ort:basic": "nchw"}
 SHAPE = (1, 8, 4, 4)

@@ -48,7 +48,7 @@ def test_dynamic_model_with_input_shape_is_static_folded_and_equivalent(dynamic_
     assert "Shape" not in model.op_counts()  # the shape computation was folded away
     assert any("folded" in note for note in model.notes)
 
-    from rlcompile.backends.ort import run_proto
+    from rlcompile.runtimes.ort import run_proto
 
     feeds = model.random_inputs(seed=3)
     original = onnx.load(str(dynamic_conv_model))

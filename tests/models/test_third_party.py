@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcompile import backends
+from rlcompile import runtimes
 from rlcompile.errors import DynamicShapeError, ModelError
 from rlcompile.models import load_model
 from rlcompile.models.packaged import packaged_path
@@ -41,5 +41,5 @@ def test_foreign_model_is_folded_and_runs_the_same_on_both_backends(name: str, s
     model = load_model(str(shipped_model(name)), {"x": shape})
     assert "Shape" not in model.op_counts()
     inputs = model.random_inputs()
-    reference = backends.create("ort").prepare(model).run(inputs)
-    assert compare_outputs(reference, backends.create("tvm").prepare(model).run(inputs)).within()
+    reference = model.compile(runtimes.create("ort")).run(inputs)
+    assert compare_outputs(reference, model.compile(runtimes.create("tvm")).run(inputs)).within()

@@ -90,8 +90,8 @@ def test_layer_only_on_a_dynamic_input_model(dynamic_conv_model: Path, tmp_path:
     assert result.manifest["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]
     plan = rlcompile.load(output)
     feeds = {"x": np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)}
-    from rlcompile.backends.ort import run_proto
     from rlcompile.models import load_model
+    from rlcompile.runtimes.ort import run_proto
 
     expected = run_proto(load_model(str(dynamic_conv_model), {"x": (1, 3, 16, 16)}).proto, feeds)
     assert compare_outputs(expected, plan.run(feeds)).within()

@@ -1,4 +1,5 @@
-"""Contract tests over every layer-level library: compile a segment, agree with ONNX Runtime, say what it refuses."""
+"""Contract tests over every runtime: compile a segment, agree with ONNX Runtime, save and load it, say what it
+refuses."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlcompile.backends.ort import run_proto
+from rlcompile import runtimes
 from rlcompile.errors import RlcompileError
-from rlcompile.layer import libraries
+from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import run_proto
 from rlcompile.verify import compare_outputs
 from tests.graph.conftest import GraphBuilder
 
@@ -34,10 +36,10 @@ def cnn_block():
 def test_library_compiles_a_segment_that_agrees_with_onnx_runtime(name: str):
     proto = cnn_block()
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)}
-    library = libraries.create(name)
+    library = runtimes.create(name)
     assert library.unavailable() is None
     assert library.supports(list(proto.graph.node))
-    runner = library.compile(proto, threads=1)
+    runner = library.compile(proto, RuntimeOptions(1))
     assert compare_outputs(run_proto(proto, feeds), runner([feeds["x"]])).within()
 
 
@@ -45,11 +47,11 @@ def test_library_compiles_a_segment_that_agrees_with_onnx_runtime(name: str):
 def test_library_saves_and_loads_what_it_compiled(name: str, tmp_path: Path):
     proto = cnn_block()
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    library = libraries.create(name)
-    runner = library.compile(proto, threads=1)
+    library = runtimes.create(name)
+    runner = library.compile(proto, RuntimeOptions(1))
     files = library.save(runner, tmp_path / "segment")
     assert all((tmp_path / file).is_file() for file in files)
-    again = library.load(proto, tmp_path / "segment", files, threads=1)
+    again = library.load(proto, tmp_path / "segment", files, RuntimeOptions(1))
     assert np.allclose(runner([x])[0], again([x])[0], rtol=1e-5, atol=1e-6)
 
 
@@ -57,40 +59,41 @@ def test_torch_claims_only_operators_it_translates():
     b = GraphBuilder()
     x = b.input("x", [1, 4])
     proto = b.model([b.op("Relu", [b.op("Einsum", [x, x], equation="ij,ij->ij")])])
-    torch_library = libraries.create("torch")
+    torch_library = runtimes.create("torch")
     assert not torch_library.supports(list(proto.graph.node))
-    assert libraries.create("ort").supports(list(proto.graph.node))
+    assert runtimes.create("ort").supports(list(proto.graph.node))
 
 
 def test_library_names_are_checked_and_ort_always_comes_first():
-    assert libraries.parse(None) == ["ort", "openvino", "torch"]
-    assert libraries.parse(None, tuning_db=Path("w")) == ["ort", "openvino", "torch", "tvm"]
-    assert libraries.parse("torch,openvino") == ["ort", "torch", "openvino"]
+    assert runtimes.parse(None) == ["ort", "openvino", "torch"]
+    assert runtimes.parse(None, with_tvm=True) == ["ort", "openvino", "torch", "tvm"]
+    assert runtimes.parse("torch,openvino") == ["ort", "torch", "openvino"]
     with pytest.raises(RlcompileError, match="unknown library 'mkl'"):
-        libraries.parse("ort,mkl")
-    with pytest.raises(RlcompileError, match="unknown library"):
-        libraries.create("cudnn")
+        runtimes.parse("ort,mkl")
+    with pytest.raises(RlcompileError, match="unknown runtime"):
+        runtimes.create("cudnn")
 
 
 def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path):
+    from rlcompile.kernel.artifact import TuningRecords
     from rlcompile.kernel.measurer import Measurer, MeasureSettings
     from rlcompile.kernel.strategies import create
     from rlcompile.kernel.tasks import extract_tasks
     from rlcompile.kernel.tuner import Tuner
     from rlcompile.kernel.workdir import WorkDir
-    from rlcompile.layer.libraries.tvm import UntunedError
     from rlcompile.models.onnx_model import LoadedModel, graph_inputs
+    from rlcompile.runtimes.tvm import UntunedError
     from rlcompile.tvm_bridge import resolve_target
 
     work_dir = WorkDir(tmp_path / "work", "llvm")
     proto = cnn_block()
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    library = libraries.create("tvm", tuning_db=tmp_path / "work")
+    library = runtimes.create("tvm", tuning=TuningRecords(tmp_path / "work"))
     with pytest.raises(UntunedError, match="have no tuning record"):  # nothing untuned reaches a plan
-        library.compile(proto, threads=1)
+        library.compile(proto, RuntimeOptions(1))
     target = resolve_target("llvm")
     tasks = extract_tasks(LoadedModel("block", proto, graph_inputs(proto), "test"), target)
     Tuner(tasks, lambda: create("random", seed=0), work_dir, Measurer(target, MeasureSettings()),
           trials=2 * len(tasks), batch_size=2).run()  # fmt: skip
-    runner = library.compile(proto, threads=1)
+    runner = library.compile(proto, RuntimeOptions(1))
     assert compare_outputs(run_proto(proto, {"x": x}), runner([x])).within()

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rlcompile.layer import primitives
-from rlcompile.layer.network import Network
-from rlcompile.models.onnx_model import first_line
+from rlcompile.errors import first_line
+from rlcompile.layer.per_operator import primitives
+from rlcompile.layer.per_operator.network import Network
 
 
 class Engine:

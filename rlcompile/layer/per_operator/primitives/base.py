@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rlcompile.layer.network import Layer
+from rlcompile.layer.per_operator.network import Layer
 
 LAYOUTS = ("nchw", "nhwc")
 #: Threads every library may use. Libraries keep their own thread pools, and on a small machine the

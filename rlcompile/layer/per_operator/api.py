@@ -2,7 +2,7 @@
 
 ``select`` is what ``rlcompile select`` runs. Batch normalisation is folded into the convolutions
 first (the graph level's fusion rules), as every inference library does, so the table's layers are
-the ones a library would run. The chosen plan is executed by :class:`~rlcompile.layer.engine.Engine`,
+the ones a library would run. The chosen plan is executed by :class:`~rlcompile.layer.per_operator.engine.Engine`,
 checked against ONNX Runtime on random inputs, and timed alternately with ONNX Runtime running the
 whole original graph natively (ORT_ENABLE_ALL).
 """
@@ -14,18 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlcompile.backends.ort import OrtBackend, run_proto
-from rlcompile.graph import onnx_graph, rules
-from rlcompile.graph.api import CLEANUP_RULES
-from rlcompile.graph.search import apply_exhaustively
-from rlcompile.layer import primitives, solvers
-from rlcompile.layer.engine import Engine
-from rlcompile.layer.network import Network, network_from_model
+from rlcompile.graph.cleanup import clean_model
+from rlcompile.layer import solvers
+from rlcompile.layer.per_operator import primitives
+from rlcompile.layer.per_operator.engine import Engine
+from rlcompile.layer.per_operator.network import Network, network_from_model
+from rlcompile.layer.per_operator.table import load_or_profile, table_path
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.solvers import SolverResult
-from rlcompile.layer.table import LookupTable, load_or_profile, table_path
-from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_alternating
+from rlcompile.layer.table import LookupTable
+from rlcompile.measure import DEFAULT, REPORT_ROUNDS, Contender, LatencyStats, MeasureConfig, run_contest
 from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import OrtRuntime, run_proto
 from rlcompile.verify import Agreement, compare_outputs
 
 Progress = Callable[[str], None]
@@ -78,19 +79,11 @@ class SelectRun:
         }
 
 
-def fused_model(model: LoadedModel) -> LoadedModel:
-    """``model`` with BatchNorm / per-channel Mul and Add folded into the convolutions."""
-    cleaned, applied = apply_exhaustively(onnx_graph.from_proto(model.proto), rules.all_rules(list(CLEANUP_RULES)))
-    if not applied:
-        return model
-    return LoadedModel(model.name, onnx_graph.to_proto(cleaned), model.inputs, model.source, model.notes)
-
-
 def prepare(
     model: LoadedModel, table_dir: Path | None = None, progress: Progress = lambda message: None, threads: int = 1
 ) -> tuple[Network, LookupTable, Path, bool]:
     """The fused network and its lookup table (profiled now, or read from where it was saved)."""
-    network = network_from_model(fused_model(model))
+    network = network_from_model(clean_model(model))
     path = table_path(model, threads, table_dir)
     table, reused = load_or_profile(model, network, path, progress)
     progress(f"{'reused' if reused else 'wrote'} the lookup table {path}")
@@ -127,8 +120,10 @@ def select(
         run.agreement = compare_outputs(run_proto(model.proto, feeds), engine.run(feeds))
         if timing is not None:
             progress("timing the plan and ONNX Runtime (whole graph, ORT_ENABLE_ALL) side by side")
-            session = OrtBackend("all", threads=threads).prepare(model)
-            run.plan_ms, run.ort_ms = measure_alternating([lambda: engine.run(feeds), session.timer(feeds)], timing)
+            native = model.compile(OrtRuntime("all"), RuntimeOptions(threads, exclusive=True))
+            contenders = [Contender("plan", lambda: engine.run(feeds)), Contender("ort native", native.timer(feeds))]
+            standings = run_contest(contenders, timing, REPORT_ROUNDS)
+            run.plan_ms, run.ort_ms = standings["plan"], standings["ort native"]
     return run
 
 

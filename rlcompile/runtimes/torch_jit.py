@@ -1,4 +1,4 @@
-"""PyTorch / oneDNN: the segment as one TorchScript function, frozen and optimised for inference.
+"""PyTorch / oneDNN: the model (a segment, usually) as one TorchScript function, frozen and optimised for inference.
 
 The segment's ONNX nodes are translated operator by operator into ``torch.nn.functional`` calls (the
 operators CNNs and transformer blocks use; a segment with any other operator is not claimed), traced
@@ -10,6 +10,7 @@ deploying on CPU would.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -18,9 +19,8 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from rlcompile.errors import ModelError
-from rlcompile.layer.libraries.base import Library, Runner
-from rlcompile.models.onnx_model import first_line
+from rlcompile.errors import ModelError, first_line
+from rlcompile.runtimes.base import NATIVE, Runner, Runtime, RuntimeOptions, model_name
 
 
 def attributes(node: onnx.NodeProto) -> dict:
@@ -206,9 +206,11 @@ class SegmentModule(torch.nn.Module):
 
 
 class TorchRunner(Runner):
-    def __init__(self, function, threads: int) -> None:
+    def __init__(self, function, threads: int, input_names: list[str], prepare_seconds: float = 0.0) -> None:
         self.function = function
         self.threads = threads
+        self.input_names = input_names
+        self.prepare_seconds = prepare_seconds
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if torch.get_num_threads() != self.threads:
@@ -218,25 +220,27 @@ class TorchRunner(Runner):
         return [result.numpy() for result in results]
 
 
-class TorchLibrary(Library):
+class TorchRuntime(Runtime):
     name = "torch"
 
     def supports(self, nodes: Sequence[onnx.NodeProto]) -> bool:
         return all(node.op_type in OPS for node in nodes)
 
-    def compile(self, segment: onnx.ModelProto, threads: int, exclusive: bool = False) -> Runner:
+    def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> Runner:
+        started, threads = time.perf_counter(), options.thread_count
         torch.set_num_threads(threads)
         try:
-            module = SegmentModule(segment)
-            inputs = [value for value in segment.graph.input if value.name not in module.constants]
+            module = SegmentModule(model)
+            inputs = [value for value in model.graph.input if value.name not in module.constants]
             examples = tuple(example_input(value) for value in inputs)
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still the CPU path
                 traced = torch.jit.trace(module, examples, check_trace=False)
                 function = torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
         except Exception as error:  # a translation or a TorchScript pass refusing the segment
-            raise ModelError(f"PyTorch cannot compile {segment.graph.name or 'segment'}: {first_line(error)}") from None
-        return TorchRunner(function, threads)
+            label = model_name(model, name, "segment")
+            raise ModelError(f"PyTorch cannot compile {label}: {first_line(error)}") from None
+        return TorchRunner(function, threads, list(module.inputs), time.perf_counter() - started)
 
 
 def example_input(value: onnx.ValueInfoProto) -> torch.Tensor:

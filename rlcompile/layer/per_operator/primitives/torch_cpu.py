@@ -12,8 +12,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlcompile.layer.network import Layer
-from rlcompile.layer.primitives.base import Kernel, Primitive, conv_bias, conv_geometry
+from rlcompile.layer.per_operator.network import Layer
+from rlcompile.layer.per_operator.primitives.base import Kernel, Primitive, conv_bias, conv_geometry
 
 
 def to_torch(array: np.ndarray, layout: str) -> torch.Tensor:

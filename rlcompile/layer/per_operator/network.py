@@ -15,12 +15,8 @@ import onnx_ir as ir
 
 from rlcompile.errors import RlcompileError
 from rlcompile.graph import onnx_graph
+from rlcompile.layer.table import SINK, SOURCE, Edge
 from rlcompile.models.onnx_model import LoadedModel
-
-#: Pseudo-layers: the one that produces the model's inputs and the one that consumes its outputs, both
-#: in NCHW (as the user gives and expects them).
-SOURCE = "<input>"
-SINK = "<output>"
 
 
 @dataclass
@@ -46,14 +42,6 @@ class Layer:
     def describe(self) -> str:
         shape = "x".join(str(d) for d in self.output_shapes[0]) if self.output_shapes else "?"
         return f"{self.op_type} -> {shape}"
-
-
-@dataclass(frozen=True)
-class Edge:
-    producer: str
-    consumer: str
-    value: str
-    shape: tuple[int, ...]
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rlcompile.layer.network import Layer
-from rlcompile.layer.primitives.base import Kernel, Primitive, conv_bias, conv_geometry
+from rlcompile.layer.per_operator.network import Layer
+from rlcompile.layer.per_operator.primitives.base import Kernel, Primitive, conv_bias, conv_geometry
 
 
 def padded(x: np.ndarray, pads: tuple[int, int, int, int], spatial_axes: tuple[int, int]) -> np.ndarray:

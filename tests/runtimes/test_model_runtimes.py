@@ -1,4 +1,5 @@
-"""ONNX Runtime and TVM behind one interface: outputs agree, timers run, bad input is refused."""
+"""Whole models on ONNX Runtime and TVM through the runtime interface: outputs agree, timers run, bad input
+is refused."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlcompile import backends
+from rlcompile import runtimes
 from rlcompile.errors import RlcompileError, TargetError, UnsupportedOperatorError
 from rlcompile.models import load_model
 from rlcompile.verify import compare_outputs
@@ -22,8 +23,8 @@ def lenet5():
 def test_ort_and_tvm_agree_on_zoo_models(name: str) -> None:
     model = load_model(name)
     inputs = model.random_inputs(seed=7)
-    reference = backends.create("ort").prepare(model).run(inputs)
-    candidate = backends.create("tvm").prepare(model).run(inputs)
+    reference = model.compile(runtimes.create("ort")).run(inputs)
+    candidate = model.compile(runtimes.create("tvm")).run(inputs)
     agreement = compare_outputs(reference, candidate)
     assert agreement.within(1e-4), agreement
 
@@ -31,7 +32,7 @@ def test_ort_and_tvm_agree_on_zoo_models(name: str) -> None:
 def test_user_model_with_dynamic_shapes_runs_on_both(dynamic_conv_model: Path) -> None:
     model = load_model(str(dynamic_conv_model), {"x": (1, 3, 16, 16)})
     inputs = model.random_inputs()
-    outputs = [backends.create(name).prepare(model).run(inputs) for name in ("ort", "tvm")]
+    outputs = [model.compile(runtimes.create(name)).run(inputs) for name in ("ort", "tvm")]
     assert outputs[0][0].shape == (1, 8 * 16 * 16)
     assert compare_outputs(*outputs).within(1e-5)
 
@@ -39,15 +40,15 @@ def test_user_model_with_dynamic_shapes_runs_on_both(dynamic_conv_model: Path) -
 @pytest.mark.parametrize("opt_level", ["disable", "basic", "extended", "all"])
 def test_every_ort_level_gives_the_same_result(lenet5, opt_level: str) -> None:
     inputs = lenet5.random_inputs()
-    reference = backends.create("ort", opt_level="disable").prepare(lenet5).run(inputs)
-    outputs = backends.create("ort", opt_level=opt_level).prepare(lenet5).run(inputs)
+    reference = lenet5.compile(runtimes.create("ort", opt_level="disable")).run(inputs)
+    outputs = lenet5.compile(runtimes.create("ort", opt_level=opt_level)).run(inputs)
     assert compare_outputs(reference, outputs).within(1e-5)
 
 
 @pytest.mark.parametrize("name", ["ort", "tvm"])
 def test_session_reports_prepare_time_threads_and_runs_its_timer(lenet5, name: str) -> None:
-    backend = backends.create(name)
-    session = backend.prepare(lenet5)
+    backend = runtimes.create(name)
+    session = lenet5.compile(backend)
     assert session.prepare_seconds > 0
     assert backend.threads() >= 1 and f"{backend.threads()} threads" in backend.describe()
     timer = session.timer(lenet5.random_inputs())
@@ -56,9 +57,9 @@ def test_session_reports_prepare_time_threads_and_runs_its_timer(lenet5, name: s
 
 
 def test_tvm_uses_this_cpu_and_all_cores() -> None:
-    from rlcompile.measure import host_cores
+    from rlcompile.machine import host_cores
 
-    backend = backends.create("tvm")
+    backend = runtimes.create("tvm")
     assert int(backend.target.attrs["num-cores"]) == host_cores()
     assert str(backend.target.attrs["mcpu"])  # LLVM must know the CPU to emit its vector instructions
 
@@ -73,25 +74,25 @@ def test_bad_targets_are_refused(target: str, message: str) -> None:
     if target == "cuda" and tvm.cuda(0).exist:
         pytest.skip("a GPU is present")
     with pytest.raises(TargetError, match=message):
-        backends.create("tvm", target=target)
+        runtimes.create("tvm", target=target)
 
 
-def test_unknown_backend_is_refused() -> None:
-    with pytest.raises(RlcompileError, match="unknown backend 'tensorrt'"):
-        backends.create("tensorrt")
+def test_unknown_runtime_is_refused() -> None:
+    with pytest.raises(RlcompileError, match="unknown runtime 'tensorrt'"):
+        runtimes.create("tensorrt")
 
 
 def test_operator_tvm_cannot_import_is_named(tvm_unsupported_model: Path) -> None:
     model = load_model(str(tvm_unsupported_model))
-    assert backends.create("ort").prepare(model).run(model.random_inputs())[0].size > 0
+    assert model.compile(runtimes.create("ort")).run(model.random_inputs())[0].size > 0
     with pytest.raises(UnsupportedOperatorError, match=r"TVM cannot import stft: .*STFT"):
-        backends.create("tvm").prepare(model)
+        model.compile(runtimes.create("tvm"))
 
 
 def test_operator_ort_cannot_run_is_named(unknown_op_model: Path) -> None:
     model = load_model(str(unknown_op_model))
     with pytest.raises(UnsupportedOperatorError, match=r"ONNX Runtime cannot run custom: .*FancyOp") as raised:
-        backends.create("ort").prepare(model)
+        model.compile(runtimes.create("ort"))
     assert "\n" not in str(raised.value)
 
 
@@ -108,7 +109,7 @@ def test_tvm_runs_every_output_of_a_multi_output_model(tmp_path: Path) -> None:
     )
     model = load_model(str(save(graph, tmp_path / "two.onnx")))
     inputs = {"x": np.array([-1.0, 0.5, 2.0], dtype=np.float32)}
-    outputs = backends.create("tvm").prepare(model).run(inputs)
+    outputs = model.compile(runtimes.create("tvm")).run(inputs)
     assert len(outputs) == 2
     np.testing.assert_array_equal(outputs[0], [0.0, 0.5, 2.0])
     np.testing.assert_array_equal(outputs[1], [1.0, -0.5, -2.0])

@@ -7,10 +7,10 @@ reorders at the layer's boundary), which is how ORT_ENABLE_ALL runs convolutions
 
 from __future__ import annotations
 
-from rlcompile.backends.ort import create_session, session_options
 from rlcompile.graph.cost import subgraph_with_feeds
-from rlcompile.layer.network import Layer
-from rlcompile.layer.primitives.base import THREADS, Kernel, Primitive
+from rlcompile.layer.per_operator.network import Layer
+from rlcompile.layer.per_operator.primitives.base import THREADS, Kernel, Primitive
+from rlcompile.runtimes.ort import create_session, session_options
 
 
 class OrtLayer(Primitive):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rlcompile.errors import RlcompileError
-from rlcompile.layer.network import Layer
-from rlcompile.layer.primitives.base import LAYOUTS, THREADS, Kernel, Primitive, convert, thread_limit
-from rlcompile.layer.primitives.numpy_lowering import (
+from rlcompile.layer.per_operator.network import Layer
+from rlcompile.layer.per_operator.primitives.base import LAYOUTS, THREADS, Kernel, Primitive, convert, thread_limit
+from rlcompile.layer.per_operator.primitives.numpy_lowering import (
     ConcatNCHW,
     ConcatNHWC,
     ElementwiseNCHW,
@@ -15,8 +15,8 @@ from rlcompile.layer.primitives.numpy_lowering import (
     Kn2rowConv,
     NumpyDense,
 )
-from rlcompile.layer.primitives.ort import OrtBasic, OrtNchwc
-from rlcompile.layer.primitives.torch_cpu import (
+from rlcompile.layer.per_operator.primitives.ort import OrtBasic, OrtNchwc
+from rlcompile.layer.per_operator.primitives.torch_cpu import (
     Im2colBlasConv,
     NnpackConv,
     OneDnnConv,

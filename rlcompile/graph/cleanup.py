@@ -1,0 +1,30 @@
+"""The start-graph clean-up every level runs first: BatchNorm (and per-channel Mul/Add) folded into the
+preceding convolutions, as every inference library does before it runs a model.
+
+The graph level's search starts from the cleaned graph, the layer level forms its fusion groups on it,
+and ``optimize``'s kernel stage tunes the tasks of it, so the three see the same convolutions.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from rlcompile.graph import onnx_graph, rules
+from rlcompile.graph.search import Rewrite, apply_exhaustively
+from rlcompile.models.onnx_model import LoadedModel
+
+#: The fusions run before the search ("clean"); the search uses every other rule.
+CLEANUP_RULES = ("fuse_conv_batchnorm", "fuse_conv_mul", "fuse_conv_add")
+
+
+def clean_graph(model: ir.Model) -> tuple[ir.Model, list[Rewrite]]:
+    """``model`` with the fusions of :data:`CLEANUP_RULES` applied everywhere, and those fusions."""
+    return apply_exhaustively(model, rules.all_rules(list(CLEANUP_RULES)))
+
+
+def clean_model(model: LoadedModel) -> LoadedModel:
+    """``model`` cleaned (the same object when there was nothing to fold)."""
+    cleaned, applied = clean_graph(onnx_graph.from_proto(model.proto))
+    if not applied:
+        return model
+    return LoadedModel(model.name, onnx_graph.to_proto(cleaned), model.inputs, model.source, model.notes)

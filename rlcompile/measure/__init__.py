@@ -1,0 +1,46 @@
+"""Measurement shared by every level: timing one call (:mod:`.timing`) and contests between several
+(:mod:`.contest`), the only place where contenders are timed in turns and a winner is kept."""
+
+from rlcompile.measure import contest
+from rlcompile.measure.contest import (
+    DECISION_ROUNDS,
+    PLAN_RULE,
+    REPORT_ROUNDS,
+    REWRITE_RULE,
+    Contender,
+    KeepRule,
+    Standings,
+    run_contest,
+    spread_over,
+    time_in_turns,
+)
+from rlcompile.measure.timing import (
+    DEFAULT,
+    QUICK,
+    LatencyStats,
+    MeasureConfig,
+    measure_after,
+    measure_latency,
+    summarize,
+)
+
+__all__ = [
+    "DECISION_ROUNDS",
+    "DEFAULT",
+    "PLAN_RULE",
+    "QUICK",
+    "REPORT_ROUNDS",
+    "REWRITE_RULE",
+    "Contender",
+    "KeepRule",
+    "LatencyStats",
+    "MeasureConfig",
+    "Standings",
+    "contest",
+    "measure_after",
+    "measure_latency",
+    "run_contest",
+    "spread_over",
+    "summarize",
+    "time_in_turns",
+]  # fmt: skip

@@ -1,0 +1,148 @@
+"""The one contest every decision goes through: contenders timed in turns beside identical twins.
+
+Every level keeps a result only if it measures faster: the graph level a rewrite over the original,
+the layer level a plan over the single libraries and the native runs, ``run A B`` one saved result
+over another. They all time the same way, here:
+
+* **Rounds in turns.** Each contender is timed for a block, then the next, for ``rounds`` rounds; the
+  first round goes in the given order, later rounds in seeded shuffles, so a shared machine's slow spell
+  lands on every contender instead of one, and no contender always follows the same neighbour (a
+  library whose threads are still winding down slows whoever runs next). Medians pool every round.
+* **Twins.** A contender may be the identical twin of another (a second session of the same model):
+  the ratio of their medians is the noise of this very measurement.
+* **A keep rule** (:class:`KeepRule`): a challenger replaces the incumbent only when it is faster by
+  more than that noise and by at least a minimum gain; among the fastest, contenders within a tie band
+  count as ties and the simplest wins.
+
+The rules the levels use are named here, with the reason for each (:data:`REWRITE_RULE`,
+:data:`PLAN_RULE`), and so are the round counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from rlcompile.measure.timing import DEFAULT, LatencyStats, MeasureConfig, measure_latency, summarize
+
+#: Rounds for a decision (graph judge, layer selection, calibration): enough turns that a slow spell of a
+#: shared machine is spread over every contender (measured: 2 rounds left 2-6% between twins on a busy
+#: 2-core machine, 5 rounds 0.1-1.3%).
+DECISION_ROUNDS = 5
+#: Rounds for a report that decides nothing (``run A B``, ``select``'s per-operator plan beside ORT).
+REPORT_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class KeepRule:
+    """When a challenger beats the incumbent, and when contenders tie.
+
+    ``min_gain``: the least relative gain worth keeping a change for, even when the noise is smaller (a
+    rewrite that saves 0.3% is not worth a different graph). ``tie_band``: contenders measured within
+    this fraction of the fastest are ties, and a tie goes to the simplest.
+    """
+
+    min_gain: float = 0.0
+    tie_band: float = 0.0
+
+
+#: A graph rewrite is kept only if ORT runs it >= 1% faster and faster than the twins differ: below 1% a
+#: rewrite's gain is within what the same graph varies between two processes.
+REWRITE_RULE = KeepRule(min_gain=0.01)
+#: Plans within 2% of the fastest are ties and the one with fewest segments wins: a segment boundary is a
+#: risk (another library's threads, a copy) that a gain inside the run-to-run spread does not pay for.
+PLAN_RULE = KeepRule(tie_band=0.02)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One thing to time. ``twin_of``: the label of the contender this one runs identically (a noise
+    probe). ``simplicity``: lower is simpler (fewer segments); ties go to the simplest."""
+
+    label: str
+    call: Callable[[], object]
+    twin_of: str | None = None
+    simplicity: float = 0.0
+
+
+@dataclass
+class Standings:
+    """What a contest measured: every contender's latency, and the twins' spread as the noise."""
+
+    stats: dict[str, LatencyStats]
+    twins: dict[str, str] = field(default_factory=dict)
+    simplicity: dict[str, float] = field(default_factory=dict)
+
+    def __getitem__(self, label: str) -> LatencyStats:
+        return self.stats[label]
+
+    def median(self, label: str) -> float:
+        return self.stats[label].median_ms
+
+    @property
+    def noise(self) -> float | None:
+        """The largest |ratio - 1| between a twin and the contender it copies (``None`` without twins)."""
+        ratios = [abs(self.median(twin) / self.median(original) - 1) for twin, original in self.twins.items()]
+        return max(ratios) if ratios else None
+
+    def gain(self, challenger: str, incumbent: str) -> float:
+        """How much faster ``challenger`` ran than ``incumbent`` (negative: slower)."""
+        return 1 - self.median(challenger) / self.median(incumbent)
+
+    def beats(self, challenger: str, incumbent: str, rule: KeepRule) -> bool:
+        """Whether ``challenger`` replaces ``incumbent`` under ``rule`` and this contest's noise."""
+        return beats(self.median(incumbent), self.median(challenger), self.noise or 0.0, rule)
+
+    def winner(self, rule: KeepRule, labels: Sequence[str] | None = None) -> str:
+        """The fastest of ``labels`` (default: every contender that is not a twin); among those within the
+        rule's tie band of it, the simplest."""
+        pool = list(labels) if labels is not None else [label for label in self.stats if label not in self.twins]
+        return fastest([(label, self.median(label), self.simplicity.get(label, 0.0)) for label in pool], rule)
+
+
+def beats(incumbent_ms: float, challenger_ms: float, noise: float, rule: KeepRule) -> bool:
+    """The keep rule itself: faster by more than the noise and by at least ``rule.min_gain``."""
+    return 1 - challenger_ms / incumbent_ms > max(noise, rule.min_gain)
+
+
+def fastest(entries: Sequence[tuple[str, float, float]], rule: KeepRule) -> str:
+    """Of ``(label, median ms, simplicity)`` entries, the fastest; among those within ``rule.tie_band`` of it,
+    the simplest (then the faster)."""
+    best = min(ms for _, ms, _ in entries)
+    ties = [entry for entry in entries if entry[1] <= best * (1 + rule.tie_band)]
+    return min(ties, key=lambda entry: (entry[2], entry[1]))[0]
+
+
+def spread_over(timing: MeasureConfig, rounds: int) -> MeasureConfig:
+    """``timing`` split into ``rounds`` shorter blocks: about twice the time in all, finer turns."""
+    return replace(timing, min_time_s=timing.min_time_s * 2 / rounds,
+                   min_repeats=max(3, timing.min_repeats * 2 // rounds))  # fmt: skip
+
+
+def time_in_turns(calls: Sequence[Callable[[], object]], config: MeasureConfig = DEFAULT,
+                  rounds: int = REPORT_ROUNDS) -> list[LatencyStats]:  # fmt: skip
+    """Time several calls in turn, ``rounds`` times over, pooling each one's samples.
+
+    The first round goes in the given order, later rounds in seeded shuffles of it.
+    """
+    samples: list[list[float]] = [[] for _ in calls]
+    rng = np.random.default_rng(0)
+    for round_index in range(rounds):
+        order = range(len(calls)) if round_index == 0 else rng.permutation(len(calls))
+        for index in order:
+            samples[index].extend(measure_latency(calls[index], config).samples_ms)
+    return [summarize(values) for values in samples]
+
+
+def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT,
+                rounds: int = DECISION_ROUNDS) -> Standings:  # fmt: skip
+    """Time ``contenders`` in turns for ``rounds`` rounds (each block ``timing``); the standings."""
+    labels = [contender.label for contender in contenders]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"contender labels must be unique: {labels}")
+    stats = time_in_turns([contender.call for contender in contenders], timing, rounds)
+    return Standings(dict(zip(labels, stats, strict=True)),
+                     {c.label: c.twin_of for c in contenders if c.twin_of is not None},
+                     {c.label: c.simplicity for c in contenders})  # fmt: skip

@@ -1,0 +1,60 @@
+"""Every name a factory creates, in one light module: the CLI's choices and help come from here.
+
+Importing this module imports nothing else (no ONNX Runtime, torch or TVM), so ``rlcompile --help`` and
+argument checking stay fast. Each factory — ``runtimes.create``, ``graph.search.create``,
+``graph.cost.create``, ``kernel.strategies.create``, ``kernel.scheduler.create``,
+``layer.solvers.create``, ``layer.per_operator.primitives.create`` — creates exactly the names listed
+here (``tests/test_names.py`` checks it).
+
+The vocabulary, one noun per role across the three levels:
+
+- **runtime**: a library that compiles and runs an ONNX model or a segment of one (ONNX Runtime,
+  OpenVINO, PyTorch/oneDNN, TVM). The CLI's ``--libraries`` and ``--backend(s)`` name runtimes.
+- **agent**: what makes a level's decisions (graph: a search or a learning agent; kernel: a search
+  *strategy*; layer: a *solver* of the lookup table).
+- **contest**: contenders timed in turns beside identical twins, judged by a keep rule
+  (:mod:`rlcompile.measure.contest`).
+- **plan**: what ``select`` and ``optimize`` return and save: a library per fusion group, cut into
+  *segments*, each compiled by its runtime (:mod:`rlcompile.plan`).
+- **stage**: one level's step inside ``optimize`` (:mod:`rlcompile.optimize.stages`).
+"""
+
+from __future__ import annotations
+
+#: Runtimes by name (:func:`rlcompile.runtimes.create`).
+RUNTIMES = ("ort", "openvino", "torch", "tvm")
+#: Runtimes the layer level uses when the user names none: the ones a CPU user would deploy with. TVM
+#: joins when asked for or when a tuning database is given (untuned TVM never wins on CPU).
+DEFAULT_RUNTIMES = ("ort", "openvino", "torch")
+#: The runtime every group can fall back to, and the reference every result is checked against.
+REFERENCE_RUNTIME = "ort"
+#: Runtimes that run whole models for ``run`` and ``compare``.
+MODEL_RUNTIMES = ("ort", "tvm")
+ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+#: Graph-level agents (:func:`rlcompile.graph.search.create`); the learning ones need torch_geometric.
+GRAPH_SEARCHES = ("greedy", "taso")
+GRAPH_LEARNING_AGENTS = ("ppo", "world-model")
+GRAPH_AGENTS = GRAPH_SEARCHES + GRAPH_LEARNING_AGENTS
+#: Graph cost models (:func:`rlcompile.graph.cost.create`).
+GRAPH_COSTS = ("sum", "fused", "region", "context", "measured")
+
+#: Kernel search strategies (:func:`rlcompile.kernel.strategies.create`).
+KERNEL_STRATEGIES = ("random", "sa", "droplet", "evolutionary", "rl", "chameleon")
+#: How sa / rl / chameleon choose the batch to measure.
+SAMPLINGS = ("greedy", "adaptive")
+#: Strategies whose batch can be chosen by adaptive sampling.
+SAMPLING_STRATEGIES = ("sa", "rl", "chameleon")
+#: Task schedulers (:func:`rlcompile.kernel.scheduler.create`).
+KERNEL_SCHEDULERS = ("gradient", "round-robin")
+
+#: Layer-level solvers of the lookup table (:func:`rlcompile.layer.solvers.create`).
+LAYER_SOLVERS = ("qlearning", "random", "greedy", "single", "exact")
+
+#: ``optimize``'s levels, in pipeline order.
+LEVELS = ("graph", "kernel", "layer")
+
+
+def choices(names: tuple[str, ...]) -> str:
+    """``a, b or c``: how help texts list names."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

@@ -1,0 +1,144 @@
+"""What a runtime is: something that compiles an ONNX model into a runner, with stated options.
+
+Every level runs graphs the same way: the graph level times rewrites in ONNX Runtime, the layer level
+compiles each segment of a plan in the library chosen for it, ``compare`` and ``run`` time whole
+models, the kernel level runs what TVM built with its tuning records. A :class:`Runtime` takes an
+``onnx.ModelProto`` and :class:`RuntimeOptions` and returns a :class:`Runner`; it says which nodes it
+can run (:meth:`Runtime.supports`), why it cannot be used in this process at all
+(:meth:`Runtime.unavailable`), and can save what it compiled beside the model's ONNX file so that a
+plan directory runs again without recompiling the slow ones (:meth:`Runtime.save`, :meth:`Runtime.load`).
+
+Runtimes import nothing from :mod:`rlcompile.models`: they see ONNX protos and numpy arrays only.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import onnx
+
+from rlcompile.errors import RlcompileError
+from rlcompile.machine import host_cores
+
+Feeds = Mapping[str, np.ndarray]
+#: The precisions a runtime may be asked for; only fp32 exists so far (the others are refused in one line).
+PRECISIONS = ("fp32",)
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How a model is compiled: the same for every runtime.
+
+    ``threads``: intra-op threads (``None``: every core this process may use).
+    ``exclusive``: the model runs alone (a native run, or a plan of one segment), so the runtime keeps
+    its own idle-thread policy (spinning between runs is then free latency) instead of yielding the
+    cores after each call to the next segment's library.
+    ``precision``: how exactly to compute; ``fp32`` is exact as the model says.
+    """
+
+    threads: int | None = None
+    exclusive: bool = False
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise RlcompileError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+        if self.threads is not None and self.threads < 1:
+            raise RlcompileError(f"threads must be at least 1, not {self.threads}")
+
+    @property
+    def thread_count(self) -> int:
+        return self.threads or host_cores()
+
+
+NATIVE = RuntimeOptions(exclusive=True)
+
+
+class Runner(ABC):
+    """A compiled model: positional inputs in, positional outputs out (numpy, the ONNX layout).
+
+    ``input_names`` are the model's inputs in the order :meth:`__call__` takes them.
+    """
+
+    input_names: list[str]
+    #: seconds :meth:`Runtime.compile` spent (import, compile, session creation)
+    prepare_seconds: float = 0.0
+
+    @abstractmethod
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+    def run(self, feeds: Feeds) -> list[np.ndarray]:
+        """Run once on ``feeds`` (by input name) and return every output as a numpy array."""
+        return [np.asarray(output) for output in self.run_named(self.input_names, feeds)]
+
+    def run_named(self, names: Sequence[str], feeds: Feeds) -> list[np.ndarray]:
+        """Run on ``feeds`` by input name (``names`` in this runner's input order); runtimes that take a
+        name -> array mapping themselves override it to skip the copy into a list."""
+        return self([feeds[name] for name in names])
+
+    def timer(self, feeds: Feeds) -> Callable[[], object]:
+        """A callable that runs once on inputs placed where the runtime wants them, and blocks until the
+        result is ready: timing it measures inference and nothing else."""
+        arrays = [feeds[name] for name in self.input_names]
+        return lambda: self(arrays)
+
+
+class Runtime(ABC):
+    """One inference library; ``name`` is what plans, tables and the CLI call it."""
+
+    name: ClassVar[str]
+    #: whether the model must have constant shapes (no shape computation at run time) to be compiled
+    needs_static_shapes: ClassVar[bool] = False
+
+    def unavailable(self) -> str | None:
+        """Why this runtime cannot be used in this process (``None`` when it can)."""
+        return None
+
+    def supports(self, nodes: Sequence[onnx.NodeProto]) -> bool:
+        """Whether this runtime can run all of ``nodes`` (the default runs any operator)."""
+        return True
+
+    @abstractmethod
+    def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> Runner:
+        """Compile ``model``; ``name`` is what a one-line error calls it (default: the graph's name).
+
+        Raises :class:`~rlcompile.errors.RlcompileError` (one line) when the runtime cannot take the model.
+        """
+
+    def save(self, runner: Runner, stem: Path) -> list[str]:
+        """Write what ``runner`` compiled next to ``stem`` (the model's ``.onnx`` path without suffix).
+
+        Returns the file names written; the default writes nothing, the ONNX file being enough.
+        """
+        return []
+
+    def load(self, model: onnx.ModelProto, stem: Path, files: Sequence[str], options: RuntimeOptions = NATIVE,
+             ) -> Runner:  # fmt: skip
+        """The runner :meth:`save` wrote, or a fresh compile of ``model``."""
+        return self.compile(model, options)
+
+    def describe(self, options: RuntimeOptions = NATIVE) -> str:
+        """A short label with the settings that matter, e.g. ``ort (all, 2 threads)``."""
+        return f"{self.name} ({self.threads(options)} threads)"
+
+    def threads(self, options: RuntimeOptions = NATIVE) -> int:
+        """Threads the runtime runs inference with under ``options`` (recorded with every measurement)."""
+        return options.thread_count
+
+    def __repr__(self) -> str:
+        return f"<runtime {self.name}>"
+
+
+def model_name(model: onnx.ModelProto, name: str | None, default: str = "model") -> str:
+    return name or model.graph.name or default
+
+
+def graph_input_names(model: onnx.ModelProto) -> list[str]:
+    """The inputs a caller feeds (graph inputs that are not initializers), in order."""
+    initializers = {init.name for init in model.graph.initializer}
+    return [value.name for value in model.graph.input if value.name not in initializers]
