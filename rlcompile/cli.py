@@ -35,6 +35,7 @@ from rlcompile.names import (
     SAMPLINGS,
     choices,
 )
+from rlcompile.report.events import EventLog
 
 #: Tables are wide; when output is piped rich would squeeze them to 80 columns.
 stdout = Console(width=None if sys.stdout.isatty() else 160, soft_wrap=True)
@@ -47,7 +48,7 @@ stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160, soft_w
 def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False) -> None:
     if saved_too:
         parser.add_argument("model", nargs="+", help="zoo model name or .onnx file; or one or more saved results "
-                            "(plan directories from select/optimize, .tar from build), timed alternately")  # fmt: skip
+                            "(plan directories from select/optimize, .tar from build), timed in turns")  # fmt: skip
     else:
         parser.add_argument("model", help="zoo model name (see `rlcompile models`) or path to an .onnx file")
     parser.add_argument(
@@ -109,17 +110,10 @@ def load(args: argparse.Namespace):
     return model
 
 
-def log(message: str) -> None:
-    """A progress line on stderr. Commands that time things print these instead of a live spinner: rich
-    redraws a spinner from a thread, and that thread taking the GIL between the timed calls' native
-    sections added milliseconds per call (measured: 15 -> 264 ms for a layer-by-layer plan)."""
-    stderr.print(f"[dim]{message}[/dim]", highlight=False)
-
-
-def note(message: str) -> None:
-    """A progress line for short commands: shown on a terminal only, so logs keep just results and errors."""
-    if stderr.is_terminal:
-        log(message)
+#: The levels' progress events on stderr: lines, and progress bars on a terminal (see :class:`EventLog`).
+log = EventLog(stderr)
+#: Progress of short commands: shown on a terminal only, so logs keep just results and errors.
+note = EventLog(stderr, terminal_only=True)
 
 
 def write_json(path: Path | None, payload: dict) -> None:
@@ -167,7 +161,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def run_saved(args: argparse.Namespace) -> int:
-    """Check saved results on their reference inputs and time them alternately, with ORT native beside them."""
+    """Check saved results on their reference inputs and time them in turns, with ORT native beside them."""
     from rlcompile.saved import time_saved
 
     timings, native = time_saved(args.model, measure_config(args), note)
@@ -404,16 +398,15 @@ def command_optimize(args: argparse.Namespace) -> int:
                               settings)  # fmt: skip
     result = optimize(request, log)
     stdout.print(optimize_table(result.manifest))
-    latency = result.manifest["optimize"]["latency"]
-    noise = latency.get("noise")
-    verdict = (f"{latency['speedup']:.3f}x the faster of ONNX Runtime and OpenVINO native "
-               f"({latency['original_ms']:.3f} -> {latency['final_ms']:.3f} ms)")  # fmt: skip
-    if noise is not None:
-        verdict += f"; identical sessions differ by {100 * noise:.1f}% in this run"
-    stdout.print(f"{result.manifest['model']}: {verdict}", highlight=False)
+    latency = result.manifest.optimize.latency
+    verdict = (f"{latency.speedup:.3f}x the faster of ONNX Runtime and OpenVINO native "
+               f"({latency.original_ms:.3f} -> {latency.final_ms:.3f} ms)")  # fmt: skip
+    if latency.noise is not None:
+        verdict += f"; identical sessions differ by {100 * latency.noise:.1f}% in this run"
+    stdout.print(f"{result.manifest.model}: {verdict}", highlight=False)
     stdout.print(f"wrote {args.output}/ (report.md, report.png; run it with: rlcompile run {args.output})",
                  highlight=False)  # fmt: skip
-    write_json(args.json, result.manifest)
+    write_json(args.json, result.manifest.to_json())
     return 0
 
 
@@ -702,7 +695,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = apply_config_file(parser, argv, args)
         check_output_paths(args)
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
+        with log, note:
+            return handler(args)
     except RlcompileError as error:
         stderr.print(f"rlcompile: error: {error}", markup=False, highlight=False, soft_wrap=True)
         return error.exit_status

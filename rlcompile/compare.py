@@ -7,16 +7,15 @@ heat or load the machine during another backend's measurement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rlcompile.events import Listener, Phase, ignore
 from rlcompile.machine import environment
 from rlcompile.measure import DEFAULT, LatencyStats, MeasureConfig, measure_latency
 from rlcompile.models import LoadedModel
 from rlcompile.runtimes import NATIVE, Runtime
 from rlcompile.verify import Agreement, compare_outputs
-
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -66,7 +65,7 @@ def compare_backends(
     backends: Sequence[Runtime],
     config: MeasureConfig = DEFAULT,
     seed: int = 0,
-    progress: Progress = lambda message: None,
+    progress: Listener = ignore,
 ) -> Comparison:
     """Compile the model in every runtime, run each once on the same random inputs, then time each in turn."""
     if not backends:
@@ -74,12 +73,12 @@ def compare_backends(
     inputs = model.random_inputs(seed)
     runners = []
     for runtime in backends:
-        progress(f"preparing {runtime.describe()}")
+        progress(Phase("compare", f"preparing {runtime.describe()}", "prepare"))
         runners.append(model.compile(runtime, NATIVE))
     outputs = [runner.run(inputs) for runner in runners]
     results = []
     for runtime, runner, output in zip(backends, runners, outputs, strict=True):
-        progress(f"measuring {runtime.describe()}")
+        progress(Phase("compare", f"measuring {runtime.describe()}", "measure"))
         latency = measure_latency(runner.timer(inputs), config)
         agreement = compare_outputs(outputs[0], output) if results else None
         results.append(BackendResult(runtime.describe(), runtime.threads(), runner.prepare_seconds, latency, agreement))

@@ -29,19 +29,17 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from rlcompile import atomic, runtimes
+from rlcompile import runtimes
 from rlcompile.errors import RlcompileError, first_line
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.machine import check_machine, environment
+from rlcompile.manifest import MANIFEST, Manifest, OptimizeRecord
 from rlcompile.models.onnx_model import LoadedModel, TensorSpec
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.runtimes.ort import run_proto
 
-MANIFEST = "manifest.json"
 REFERENCE = "reference.npz"
 SEGMENTS = "segments"
-FORMAT = "rlcompile-plan"
-VERSION = 2
 
 
 def is_plan_dir(path: str | Path) -> bool:
@@ -59,8 +57,17 @@ def model_entry(model: LoadedModel) -> dict:
                        for s in model.inputs]}  # fmt: skip
 
 
-def save_plan(selection, output: Path, tuning_db: Path | None = None, extra: Mapping | None = None) -> Path:
-    """Write ``selection``'s chosen plan to ``output``; ``extra`` entries join the manifest."""
+def save_plan(selection, output: Path, tuning_db: Path | None = None) -> Path:
+    """Write ``selection``'s chosen plan to ``output`` (see :func:`write_plan`); returns ``output``."""
+    write_plan(selection, output)
+    return Path(output)
+
+
+def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None) -> Manifest:
+    """Write ``selection``'s chosen plan to ``output`` and return its manifest (``optimize``'s record joins it).
+
+    The manifest is written last (and the old one removed first), so a directory with a manifest is complete.
+    """
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     (output / MANIFEST).unlink(missing_ok=True)
@@ -79,19 +86,10 @@ def save_plan(selection, output: Path, tuning_db: Path | None = None, extra: Map
     (scratch / SEGMENTS).rename(output / SEGMENTS)
     (scratch / REFERENCE).replace(output / REFERENCE)
     shutil.rmtree(scratch, ignore_errors=True)
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        **model_entry(model),
-        "outputs": selection.grouped.outputs,
-        "threads": selection.threads,
-        "environment": environment(selection.threads),
-        "segments": entries,
-        "selection": selection.to_dict(),
-        **(extra or {}),
-    }
-    atomic.write_json(output / MANIFEST, manifest, indent=1)
-    return output
+    manifest = Manifest(**model_entry(model), outputs=list(selection.grouped.outputs), threads=selection.threads,
+                        environment=environment(selection.threads), segments=entries, selection=selection.to_dict(),
+                        optimize=optimize)  # fmt: skip
+    return manifest.save(output)
 
 
 def save_segment(item: CompiledSegment, folder: Path, index: int) -> dict:
@@ -108,21 +106,21 @@ class LoadedPlan:
     """A plan directory, compiled and ready: ``run(feeds)`` returns the model's outputs."""
 
     path: Path
-    manifest: dict = field(repr=False)
+    manifest: Manifest = field(repr=False)
     engine: SegmentEngine = field(repr=False)
     reference_inputs: dict[str, np.ndarray] = field(repr=False)
     reference_outputs: list[np.ndarray] = field(repr=False)
 
     @property
     def inputs(self) -> list[TensorSpec]:
-        return [TensorSpec(i["name"], tuple(i["shape"]), np.dtype(i["dtype"])) for i in self.manifest["inputs"]]
+        return [TensorSpec(i["name"], tuple(i["shape"]), np.dtype(i["dtype"])) for i in self.manifest.inputs]
 
     @property
     def libraries(self) -> list[str]:
         return self.engine.libraries
 
     @property
-    def record(self) -> dict:
+    def record(self) -> Manifest:
         """The manifest (what :mod:`rlcompile.saved` reads of any saved result)."""
         return self.manifest
 
@@ -136,32 +134,30 @@ class LoadedPlan:
 
     def describe(self) -> str:
         count = len(self.libraries)
-        return (f"{self.manifest['model']}, {count} segment{'s' if count > 1 else ''}: {' -> '.join(self.libraries)}, "
-                f"{self.manifest['threads']} threads")  # fmt: skip
+        return (f"{self.manifest.model}, {count} segment{'s' if count > 1 else ''}: {' -> '.join(self.libraries)}, "
+                f"{self.manifest.threads} threads")  # fmt: skip
 
 
 def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
     """Read and compile a plan directory written by :func:`save_plan`."""
     path = Path(path)
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
-        if manifest.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT}")
+        manifest = Manifest.load(path)
         with np.load(path / REFERENCE) as arrays:
             inputs = {key.split(":", 1)[1]: arrays[key] for key in arrays.files if key.startswith("input:")}
             outputs = [arrays[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in arrays.files))]
     except (OSError, KeyError, ValueError, json.JSONDecodeError) as error:
         raise RlcompileError(f"{path} is not an rlcompile plan directory: {first_line(error)}") from None
     check_machine(manifest, path)
-    threads = threads or manifest["threads"]
+    threads = threads or manifest.threads
     compiled = []
-    options = RuntimeOptions(threads, exclusive=len(manifest["segments"]) == 1)
-    for entry in manifest["segments"]:
+    options = RuntimeOptions(threads, exclusive=len(manifest.segments) == 1)
+    for entry in manifest.segments:
         onnx_path = path / entry["onnx"]
         proto = onnx.load(str(onnx_path))
         segment = Segment(entry["library"], entry["groups"], entry["inputs"], entry["outputs"], proto)
         runtime = runtimes.create(entry["library"])
         runner = runtime.load(proto, onnx_path.with_suffix(""), entry["files"], options)
         compiled.append(CompiledSegment(segment, runner, 0.0))
-    engine = SegmentEngine(compiled, [spec["name"] for spec in manifest["inputs"]], manifest["outputs"])
+    engine = SegmentEngine(compiled, [spec["name"] for spec in manifest.inputs], manifest.outputs)
     return LoadedPlan(path, manifest, engine, inputs, outputs)

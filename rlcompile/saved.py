@@ -5,16 +5,17 @@ reference inputs with ONNX Runtime's outputs for them, so either can be checked 
 without the original file. :func:`load_saved` returns a :class:`~rlcompile.plan.LoadedPlan` or a
 :class:`~rlcompile.kernel.artifact.Artifact`; both have ``run(feeds)``, ``timer(feeds)``, ``record``
 (the manifest or metadata), ``reference_inputs``, ``reference_outputs`` and ``describe()``.
-:func:`time_saved` times several of them side by side, alternating, next to ONNX Runtime native.
+:func:`time_saved` times several of them side by side, in turns, next to ONNX Runtime native.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlcompile.errors import RlcompileError
+from rlcompile.events import Listener, Phase, ignore
 from rlcompile.machine import host_cores
 from rlcompile.measure import REPORT_ROUNDS, Contender, LatencyStats, MeasureConfig, run_contest
 from rlcompile.runtimes import RuntimeOptions
@@ -85,14 +86,14 @@ Timings = tuple[list["SavedTiming"], LatencyStats | None]
 
 
 def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
-               progress: Callable[[str], None] = lambda message: None) -> Timings:  # fmt: skip
-    """Load every saved result, check each on the first one's reference inputs, time them alternately.
+               progress: Listener = ignore) -> Timings:  # fmt: skip
+    """Load every saved result, check each on the first one's reference inputs, time them in turns.
 
     All must be made from a model with the same inputs (names, shapes, types). ONNX Runtime native on
     the original model joins the rounds when the model can still be loaded. Returns the timings in
     the order given and ORT native's latency (``None`` when the model is not at hand).
     """
-    progress(f"loading {', '.join(map(str, paths))}")
+    progress(Phase("run", f"loading {', '.join(map(str, paths))}", "load"))
     saved = [load_saved(path) for path in paths]
     first = saved[0]
     for path, item in zip(paths[1:], saved[1:], strict=True):
@@ -109,7 +110,7 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
         threads = first.record.get("threads") or host_cores()
         timers.append(original.compile(runtimes.create("ort"), RuntimeOptions(threads, exclusive=True)).timer(feeds))
         names.append(NATIVE)
-    progress(f"timing {', '.join(names)} alternately")
+    progress(Phase("run", f"timing {', '.join(names)} in turns", "measure"))
     contenders = [Contender(f"{index}:{name}", timer) for index, (name, timer) in enumerate(zip(names, timers,
                                                                                                strict=True))]
     standings = run_contest(contenders, config, REPORT_ROUNDS)

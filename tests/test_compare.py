@@ -6,18 +6,19 @@ import json
 
 from rlcompile import runtimes
 from rlcompile.compare import compare_backends
+from rlcompile.events import Phase
 from rlcompile.measure import QUICK
 from rlcompile.models import load_model
 
 
 def test_compare_reports_ratios_agreement_and_environment() -> None:
     model = load_model("lenet5")
-    messages: list[str] = []
+    events: list[Phase] = []
     comparison = compare_backends(
         model,
         [runtimes.create("ort", opt_level="all"), runtimes.create("ort", opt_level="disable"), runtimes.create("tvm")],
         QUICK,
-        progress=messages.append,
+        progress=events.append,
     )
     reference, unoptimised, tvm = comparison.results
     assert reference.agreement is None and comparison.ratio(reference) == 1.0
@@ -25,7 +26,7 @@ def test_compare_reports_ratios_agreement_and_environment() -> None:
     expected_ratio = tvm.latency.median_ms / reference.latency.median_ms
     assert comparison.ratio(tvm) == expected_ratio
     assert all(r.latency.repeats >= QUICK.min_repeats for r in comparison.results)
-    assert [m.split()[0] for m in messages] == ["preparing"] * 3 + ["measuring"] * 3
+    assert [event.phase for event in events] == ["prepare"] * 3 + ["measure"] * 3
 
     payload = json.loads(json.dumps(comparison.to_dict()))
     assert payload["model"] == "lenet5" and payload["inputs"] == {"input": [1, 1, 32, 32]}

@@ -5,7 +5,7 @@ rules, searched with the chosen agent on the chosen cost model, and the result i
 original in ONNX Runtime on random inputs. If the final graph disagrees, the rewrites are replayed
 one by one and the sequence is cut before the first one that breaks agreement, so what is written out
 always computes what the original computes. Finally the original, the rewrite and a second identical
-session of the original are timed in ONNX Runtime (ORT_ENABLE_ALL), alternating (:func:`judge`): the
+session of the original are timed in ONNX Runtime (ORT_ENABLE_ALL), in turns (:func:`judge`): the
 rewrite is returned only if it is faster than the original by more than the two identical sessions
 differ (and by at least :data:`MIN_GAIN`); otherwise the original is returned and the run says why.
 The same rule serves ``rlcompile graph`` and ``optimize``'s graph stage.
@@ -13,7 +13,7 @@ The same rule serves ``rlcompile graph`` and ``optimize``'s graph stage.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import onnx
 import onnx_ir as ir
 
 from rlcompile.errors import RlcompileError
+from rlcompile.events import Decision, Event, Listener, Phase, ignore
 from rlcompile.graph import cost, onnx_graph, rules, search
 from rlcompile.graph.cleanup import CLEANUP_RULES, clean_graph
 from rlcompile.graph.search import Rewrite, SearchBudget, SearchResult
@@ -177,13 +178,12 @@ class GraphRun:
         }
 
 
-Progress = Callable[[str], None]
 
 
 def optimize_graph(
     model: LoadedModel,
     request: GraphRequest,
-    progress: Progress = lambda message: None,
+    progress: Listener = ignore,
     on_step: search.base.ProgressCallback | None = None,
 ) -> GraphRun:
     request.validate()
@@ -194,22 +194,23 @@ def optimize_graph(
     searcher = search.create(
         request.agent, budget=SearchBudget(request.max_steps, request.time_limit_s), **agent_options(request)
     )
-    progress(f"searching with {request.agent} ({cost_model.name} cost model)")
+    progress(Phase("graph", f"searching with {request.agent} ({cost_model.name} cost model)", "search"))
     rule_set = search_rules(request)
     result = searcher.search(working, rule_set, cost_model, on_step)
     cost_model.save()
-    progress("verifying against the original in ONNX Runtime")
+    progress(Phase("graph", "verifying against the original in ONNX Runtime", "verify"))
     reference = run_proto(model.proto, feeds)
     final, kept, agreement = verified(working, result.model, result.rewrites, reference, feeds, rule_set)
     if kept < len(result.rewrites):
-        progress(f"rewrite {kept + 1} broke agreement; keeping the first {kept}")
+        progress(Event("graph", f"rewrite {kept + 1} broke agreement; keeping the first {kept}"))
     proto = onnx_graph.to_proto(final)
     original_ms = optimized_ms = verdict = None
     if request.timing is not None:
-        progress("timing the original, the rewrite and a twin of the original in ONNX Runtime, alternately")
+        progress(Phase("graph", "timing the original, the rewrite and a twin of the original in ONNX Runtime",
+                       "measure"))  # fmt: skip
         verdict = judge(model.proto, proto, feeds, request.timing, request.threads)
         original_ms, optimized_ms = verdict.original, verdict.rewritten
-        progress(verdict.reason())
+        progress(Decision("graph", verdict.reason(), verdict.kept, verdict.gain, verdict.noise))
     nodes_after = len(final.graph)
     if verdict is not None and not verdict.kept:
         proto, nodes_after = model.proto, len(original.graph)
@@ -219,17 +220,17 @@ def optimize_graph(
 
 
 def start_graph(original: ir.Model, request: GraphRequest,
-                progress: Progress = lambda message: None) -> tuple[ir.Model, list[Rewrite]]:  # fmt: skip
+                progress: Listener = ignore) -> tuple[ir.Model, list[Rewrite]]:  # fmt: skip
     """The graph the search starts from: ``original`` with the fusions of :data:`CLEANUP_RULES` applied
     everywhere (unless ``request.clean`` is off), and those fusions."""
     if not request.clean:
         return original, []
     working, cleanup = clean_graph(original)
-    progress(f"cleaned: {len(cleanup)} fusions, {len(original.graph)} -> {len(working.graph)} nodes")
+    progress(Event("graph", f"cleaned: {len(cleanup)} fusions, {len(original.graph)} -> {len(working.graph)} nodes"))
     return working, cleanup
 
 
-def train_policy(models: Sequence[LoadedModel], request: GraphRequest, progress: Progress = lambda message: None,
+def train_policy(models: Sequence[LoadedModel], request: GraphRequest, progress: Listener = ignore,
                  on_update: search.base.ProgressCallback | None = None) -> dict:  # fmt: skip
     """``rlcompile graph-train``: one agent (``request.agent``: ppo or world-model) trained on several
     graphs (one per episode, drawn at random) and saved to ``request.checkpoint``, for ``graph MODEL
@@ -250,9 +251,11 @@ def train_policy(models: Sequence[LoadedModel], request: GraphRequest, progress:
     for model in models:
         graph, _ = start_graph(onnx_graph.from_proto(model.proto), request)
         envs.append(GraphEnv(graph, rule_set, cost_model, max_steps=min(config.episode_steps, request.max_steps)))
-        progress(f"{model.name}: {len(graph.graph)} nodes, est. {envs[-1].initial_cost:.3f} ms ({cost_model.name})")
+        progress(Event("graph", f"{model.name}: {len(graph.graph)} nodes, est. {envs[-1].initial_cost:.3f} ms "
+                       f"({cost_model.name})"))  # fmt: skip
     names = [model.name for model in models]
-    progress(f"training {request.agent} on {len(models)} graphs for {request.time_limit_s:.0f} s at most")
+    progress(Phase("graph", f"training {request.agent} on {len(models)} graphs for {request.time_limit_s:.0f} s "
+                   "at most", "train"))  # fmt: skip
     train = train_ppo if request.agent == "ppo" else train_world_model
     stats = train(GraphSetEnv(envs, request.seed), config, request, names, on_update)
     cost_model.save()

@@ -218,7 +218,7 @@ def cost_study(model_name: str, cost_names: Sequence[str] = ("sum", "fused", "re
                per_path: int = 4, rounds: int = 5, timing=DEFAULT, console: Console | None = None) -> dict:  # fmt: skip
     """How well each cost model predicts ORT_ENABLE_ALL *within* one model, on the graphs searches visit.
 
-    The start graph, a twin session of it (the noise) and every visited graph are timed alternately;
+    The start graph, a twin session of it (the noise) and every visited graph are timed in turns;
     then each cost model (and ``measured``, a second whole-graph timing, as the ceiling) estimates every
     graph. Reported per cost model: direction agreement with the measured change against the start graph
     (over graphs whose measured change exceeds the noise), rank correlation over all graphs, and the
@@ -280,7 +280,7 @@ def transfer_study(models: Sequence[str], held_out: str, out: Path, train_second
                    console: Console | None = None, agent: str = "ppo") -> dict:  # fmt: skip
     """Leave one model out: ``agent`` (ppo or world-model) trained on the others (``graph-train``),
     applied to ``held_out`` in one greedy rollout, against TASO searching ``held_out`` itself; the
-    original, both answers and a twin of the original timed alternately in ORT_ENABLE_ALL. The policy
+    original, both answers and a twin of the original timed in turns in ORT_ENABLE_ALL. The policy
     is kept in ``out/policies`` and reused."""
     console = console or Console()
     checkpoint = out / "policies" / f"{'' if agent == 'ppo' else agent + '-'}without-{held_out}.pt"

@@ -31,6 +31,7 @@ import onnx
 
 from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError, first_line
+from rlcompile.events import Event, Listener, Phase, Reuse, Step, ignore
 from rlcompile.graph.cleanup import clean_model
 from rlcompile.layer.groups import FusionGroup, fusion_groups, name_nodes
 from rlcompile.layer.problem import SelectionProblem
@@ -61,7 +62,6 @@ FACTOR_RANGE = (0.5, 1.5)
 PROBE_MAX_WIDTH = 4096
 #: Timing of the probes that measure what splitting a segment costs.
 BOUNDARY_TIMING = MeasureConfig(warmup=3, min_repeats=15, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
-Progress = Callable[[str], None]
 #: The contender that runs the user's model natively in ONNX Runtime during calibration.
 NATIVE = "ort native"
 
@@ -144,13 +144,13 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
 
 
 def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int, path: Path,
-                           progress: Progress = lambda m: None) -> tuple[LookupTable, bool]:  # fmt: skip
+                           progress: Listener = ignore) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
     if path.exists():
         try:
             return LookupTable.from_json(json.loads(path.read_text())), True
         except (ValueError, KeyError, TypeError):
-            progress(f"ignoring unreadable table {path}")
+            progress(Event("layer", f"ignoring unreadable table {path}"))
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     table = profile_groups(grouped, created, threads, progress, checkpoint=partial)
@@ -160,7 +160,7 @@ def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime]
 
 
 def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int,
-                   progress: Progress = lambda m: None, timing: MeasureConfig = LAYER_TIMING,
+                   progress: Listener = ignore, timing: MeasureConfig = LAYER_TIMING,
                    checkpoint: Path | None = None) -> LookupTable:  # fmt: skip
     """Standalone group times, boundary costs, then the calibration on single-library plans.
 
@@ -169,7 +169,7 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     """
     standalone, rejected = time_groups(grouped, created, threads, progress, timing, checkpoint)
     edges = group_edges(grouped)
-    progress(f"measuring boundary costs between {', '.join(created)}")
+    progress(Phase("layer", f"measuring boundary costs between {', '.join(created)}", "boundaries"))
     conversions = time_boundaries(edges, created, threads)
     names = [group.name for group in grouped.groups]
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
@@ -196,11 +196,13 @@ def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | 
     extractor = grouped.extractor
     standalone, rejected = read_checkpoint(checkpoint)
     if standalone:
-        progress(f"resuming the profile: {len(standalone)} of {len(grouped.groups)} groups already measured")
+        progress(Reuse("layer", f"resuming the profile: {len(standalone)} of {len(grouped.groups)} groups already "
+                       "measured", "profile", len(standalone), len(grouped.groups)))  # fmt: skip
     for index, group in enumerate(grouped.groups):
         if group.name in standalone and set(standalone[group.name]) | set(rejected.get(group.name, {})) >= set(created):
             continue
-        progress(f"profiling group {index + 1}/{len(grouped.groups)}: {group.name} ({group.describe()})")
+        progress(Step("layer", f"profiling group {index + 1}/{len(grouped.groups)}: {group.name} ({group.describe()})",
+                      index, len(grouped.groups), "groups profiled", group.name))  # fmt: skip
         proto = extractor.extract(Segment("", [index], group.inputs, group.outputs), f"group{index:03d}")
         members = set(group.nodes)
         nodes = [node for node in proto.graph.node if node.name in members]
@@ -328,10 +330,10 @@ def single_library_plan(table: LookupTable, library: str) -> list[str]:
     return [library if library in table.options[name] else table.default for name in table.layers]
 
 
-def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Progress) -> None:
+def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener) -> None:
     """Scale each library's in-context estimates so the table predicts its measured single-library plan.
 
-    The single-library plans are timed alternately (five rounds), so a slow spell of a shared machine
+    The single-library plans are timed in turns (five rounds), so a slow spell of a shared machine
     does not land on one library's factor.
     """
     raw = {name: dict(options) for name, options in table.options.items()}
@@ -340,14 +342,16 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     ordered = sorted(created, key=lambda name: name != table.default)  # the default first: others lean on it
     plans = {name: single_library_plan(table, name) for name in ordered}
     plans = {name: plan for name, plan in plans.items() if name == table.default or name in plan}
-    progress(f"calibrating: {', '.join(plans)} each wherever it can run, end to end, alternately with ORT native")
+    progress(Phase("layer", f"calibrating: {', '.join(plans)} each wherever it can run, end to end, in turns with "
+                   "ORT native", "calibrate"))  # fmt: skip
     feeds = grouped.feeds
     engines = {}
     for name, plan in plans.items():
         try:
             engines[name] = grouped.engine(plan, threads, created)
         except Exception as error:  # that library keeps its uncalibrated estimates, reported
-            progress(f"calibration: {name}'s single-library plan does not compile ({first_line(error)})")
+            progress(Event("layer", f"calibration: {name}'s single-library plan does not compile "
+                           f"({first_line(error)})"))  # fmt: skip
     plans = {name: plans[name] for name in engines}
     contenders = [Contender(name, lambda engine=engine: engine.run(feeds)) for name, engine in engines.items()]
     if grouped.original is not None:

@@ -3,7 +3,7 @@
 1. Fold BatchNorm, form fusion groups, profile them per library (or reuse the table).
 2. The agent solves the table (QS-DNN's Q-learning by default; every solver keeps its interface).
 3. The candidates: the agent's plan, the table's exact optimum and every single-library plan. Each is
-   cut into segments, compiled, checked against ONNX Runtime, and all are timed alternately in one
+   cut into segments, compiled, checked against ONNX Runtime, and all are timed in one contest in one
    process together with ONNX Runtime and OpenVINO run natively on the original model.
 4. The fastest candidate wins; candidates within :data:`TIE_BAND` of it count as ties, and a tie goes
    to the plan with fewer segments. Because the single-library plans are candidates, the result is
@@ -20,6 +20,7 @@ import numpy as np
 
 from rlcompile import runtimes
 from rlcompile.errors import ModelError, first_line
+from rlcompile.events import Event, Listener, Phase, Reuse, ignore
 from rlcompile.layer import solvers
 from rlcompile.layer.group_table import (
     GroupedModel,
@@ -56,11 +57,12 @@ TIE_BAND = PLAN_RULE.tie_band
 NOISE_PROBE = "ort native (identical session)"
 OPENVINO_NOISE_PROBE = "openvino native (identical session)"
 PROBES = {NOISE_PROBE: "ort native", OPENVINO_NOISE_PROBE: "openvino native"}
+#: How a single-runtime plan's label starts (``single:openvino``).
+SINGLE = "single:"
 #: The learned factor on boundaries between libraries stays within this range.
 BOUNDARY_SCALE_RANGE = (1.0, 20.0)
 #: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
 ROUNDS = DECISION_ROUNDS
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -70,6 +72,8 @@ class Candidate:
     labels: list[str]
     assignment: list[str]
     predicted_ms: float
+    #: the runtimes whose single-runtime plan this is (that runtime wherever it runs, ONNX Runtime elsewhere)
+    single: list[str] = field(default_factory=list)
     engine: SegmentEngine | None = field(default=None, repr=False)
     agreement: Agreement | None = None
     measured: LatencyStats | None = None
@@ -141,6 +145,10 @@ class Selection:
         ratios = [abs(a.median_ms / b.median_ms - 1) for a, b in pairs]
         return max(ratios) if ratios else None
 
+    def single_library_ms(self, names: tuple[str, ...]) -> list[float]:
+        """The measured latencies of the single-runtime plans of ``names`` (those that ran)."""
+        return [c.measured.median_ms for c in self.candidates if c.measured and set(c.single) & set(names)]
+
     def runs_native_model(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` is one segment running the very model the native runs ran."""
         compiled = candidate.engine.compiled if candidate.engine else []
@@ -206,11 +214,12 @@ def candidate_plans(problem: SelectionProblem, named: list[tuple[str, list[int] 
     for label, plan in named:
         assignment = [problem.options[k][c].primitive if isinstance(c, int) else c for k, c in enumerate(plan)]
         key = tuple(assignment)
-        if key in merged:
-            if label not in merged[key].labels:
-                merged[key].labels.append(label)
-            continue
-        merged[key] = Candidate([label], assignment, problem.total(problem.choices(assignment)))
+        if key not in merged:
+            merged[key] = Candidate([], assignment, problem.total(problem.choices(assignment)))
+        if label not in merged[key].labels:
+            merged[key].labels.append(label)
+        if label.startswith(SINGLE):
+            merged[key].single.append(label.removeprefix(SINGLE))
     return list(merged.values())
 
 
@@ -219,7 +228,7 @@ def first_candidates(problem: SelectionProblem, result: SolverResult, agent: str
     """The agent's plan, the exact optimum and each single-library plan, identical plans merged
     (only the single-library plans when not ``mixed``)."""
     named = [(agent, result.plan), ("exact", exact(problem).plan)] if mixed else []
-    named += [(f"single:{name}", single_library_plan(problem.table, name)) for name in problem.table.layouts]
+    named += [(f"{SINGLE}{name}", single_library_plan(problem.table, name)) for name in problem.table.layouts]
     return candidate_plans(problem, named)
 
 
@@ -280,7 +289,7 @@ def select_segments(
     tuning_db: Path | None = None,
     table_dir: Path | None = None,
     timing: MeasureConfig = DEFAULT,
-    progress: Progress = lambda message: None,
+    progress: Listener = ignore,
     baseline: LoadedModel | None = None,
     mixed: bool = True,
     **solver_options: object,
@@ -296,14 +305,15 @@ def select_segments(
     solver = solvers.create(agent, **solver_options)
     created, unavailable = create_libraries(library_names or runtimes.parse(None, tuning_db is not None), tuning_db)
     for name, why in unavailable.items():
-        progress(f"library {name} left out: {why}")
-    progress("folding batch norms, forming fusion groups, reading activations")
+        progress(Event("layer", f"library {name} left out: {why}"))
+    progress(Phase("layer", "folding batch norms, forming fusion groups, reading activations", "group"))
     grouped = group_model(model, seed)
     path = table_file(model, list(created), threads, table_dir, tuning_db)
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress)
-    progress(f"{'reused' if reused else 'wrote'} the lookup table {path}")
+    progress(Reuse("layer", f"reused the lookup table {path}", "table") if reused
+             else Event("layer", f"wrote the lookup table {path}"))  # fmt: skip
     problem = SelectionProblem(table)
-    progress(f"solving with {agent} over {len(problem)} fusion groups")
+    progress(Phase("layer", f"solving with {agent} over {len(problem)} fusion groups", "solve"))
     result = solver.solve(problem, seed)
     candidates = first_candidates(problem, result, agent, mixed)
     original = baseline or model
@@ -345,20 +355,21 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
 
 def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],
            feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig,
-           progress: Progress) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
+           progress: Listener) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
     """Learn the boundary scale from a first, short measurement of the plans; solve again with it.
 
     The plans found on the corrected table join the candidates (labelled "(refined)"), so the final
     measurement compares the first and the refined answers side by side.
     """
-    progress("probing the plans to check the table's boundary costs")
+    progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
     stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds)
     then = problem.table.notes.get("ort_native_ms")
     drift = stats["ort native"].median_ms / then if then else 1.0
     scale = fit_boundary_scale(problem, candidates, drift)
     if scale > problem.table.boundary_scale * 1.05:
-        progress(f"boundaries between libraries cost x{scale:.2f} the table's estimate: solving again")
+        progress(Event("layer", f"boundaries between libraries cost x{scale:.2f} the table's estimate: solving "
+                       "again"))  # fmt: skip
         problem.table.boundary_scale = scale
         problem = SelectionProblem(problem.table)
         result = solver.solve(problem, seed)
@@ -370,12 +381,12 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
 
 
 def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], created, threads: int,
-                       reference: list[np.ndarray], progress: Progress) -> None:  # fmt: skip
+                       reference: list[np.ndarray], progress: Listener) -> None:  # fmt: skip
     """Compile and verify every candidate that has no engine yet (a failure is recorded, never fatal)."""
     for candidate in candidates:
         if candidate.engine is not None or candidate.error is not None:
             continue
-        progress(f"compiling and checking the plan of {', '.join(candidate.labels)}")
+        progress(Phase("layer", f"compiling and checking the plan of {', '.join(candidate.labels)}", "compile"))
         try:
             candidate.engine = grouped.engine(candidate.assignment, threads, created)
             candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
@@ -405,10 +416,10 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
 
 
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
-                    timing: MeasureConfig, progress: Progress) -> dict[str, LatencyStats]:  # fmt: skip
-    """The final measurement: every candidate and every native run, alternately, in one process."""
+                    timing: MeasureConfig, progress: Listener) -> dict[str, LatencyStats]:  # fmt: skip
+    """The final measurement: every candidate and every native run, in one contest."""
     runnable = sum(c.engine is not None and c.error is None for c in candidates)
-    progress(f"timing {runnable} plans and {len(natives)} native runs alternately")
+    progress(Phase("layer", f"timing {runnable} plans and {len(natives)} native runs in turns", "measure"))
     return time_candidates_once(candidates, natives, timing, grouped.feeds)
 
 

@@ -1,28 +1,40 @@
 """The three stages of ``optimize``, each a short call into its level, each decision measured.
 
-* :func:`graph_stage`: the graph agent rewrites; the rewrite is kept only if ONNX Runtime runs it
-  faster than the original by more than the noise of two identical sessions timed in the same
-  alternating rounds (the graph level's own rule, :func:`rlcompile.graph.api.judge`).
-* :func:`kernel_stage`: the kernel level tunes the TVM tasks of the graph that goes on, most
+A :class:`Stage` has a name, a resume key (the inputs it ran on: a finished stage whose key did not
+change is reused from ``work/state.json``), ``run`` (returns its typed record) and ``reuse`` (puts a
+reused record's result back into the :class:`StageContext`). The context is what flows from one stage to
+the next: the graph that goes on, the tuning database, the time the graph stage left unused.
+
+* :class:`GraphStage`: the graph agent rewrites; the rewrite is kept only if it wins the graph level's
+  contest against the original (:func:`rlcompile.graph.api.judge`).
+* :class:`KernelStage`: the kernel level tunes the TVM tasks of the cleaned graph that goes on, most
   important first, until its deadline; the tuning journal makes it resumable.
-* :func:`layer_stage`: the segment engine picks a library per fusion group among ONNX Runtime,
-  OpenVINO, PyTorch (oneDNN) and TVM with the records just tuned; every candidate plan, the single
-  libraries and the original model run natively are timed side by side and the fastest is kept.
+* :class:`LayerStage`: a runtime per fusion group among ONNX Runtime, OpenVINO, PyTorch (oneDNN) and TVM
+  with the records just tuned; every candidate plan, the single runtimes and the original model run
+  natively meet in one contest and the fastest is kept.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from rlcompile import runtimes
+from rlcompile import atomic, runtimes
+from rlcompile.errors import ModelError
+from rlcompile.events import Decision, Event, Listener, Phase, Reuse, Step
 from rlcompile.layer.selection import Selection, select_segments
+from rlcompile.manifest import GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.optimize.budget import Budget
+from rlcompile.plan import fingerprint
 
-Progress = Callable[[str], None]
+GRAPH_FILE = "graph.onnx"
+TUNING = "tuning"
 
 
 @dataclass
@@ -38,76 +50,261 @@ class StageSettings:
     libraries: str | None = None
     timing: MeasureConfig = DEFAULT
 
-
-def graph_stage(model: LoadedModel, settings: StageSettings, limit_s: float, work: Path,
-                progress: Progress) -> tuple[LoadedModel, dict]:  # fmt: skip
-    """Rewrite with the graph agent; return the graph that goes on (rewritten or original) and the record."""
-    import onnx
-
-    from rlcompile.graph.api import GraphRequest, optimize_graph
-
-    started = time.monotonic()
-    checkpoint = work / f"graph-ppo-seed{settings.seed}.pt" if settings.graph_agent == "ppo" else None  # resumable
-    request = GraphRequest(agent=settings.graph_agent, max_steps=50, time_limit_s=max(limit_s, 1.0),
-                           seed=settings.seed, timing=settings.timing, threads=settings.threads,
-                           checkpoint=checkpoint)  # fmt: skip
-    run = optimize_graph(model, request, progress)
-    record = {"agent": settings.graph_agent, "rewrites": run.kept_rewrites, "cleanup": len(run.cleanup),
-              "nodes_before": run.nodes_before, "nodes_after": run.nodes_after,
-              "agreement": run.agreement.to_dict(), "search": run.result.summary()}  # fmt: skip
-    if not run.agreement.within():
-        record |= {"kept": False, "reason": "the rewritten graph disagrees with the original"}
-    else:
-        record |= run.verdict.to_dict()
-    if record["kept"]:
-        onnx.save(run.proto, str(work / "graph.onnx"))
-    record["wall_s"] = time.monotonic() - started
-    if not record["kept"]:
-        return model, record
-    return LoadedModel(model.name, run.proto, list(model.inputs), model.source, list(model.notes)), record
+    def describe(self) -> dict:
+        """The settings as the manifest and the run key record them (timing is not part of a run's identity)."""
+        return {key: value for key, value in asdict(self).items() if key != "timing"}
 
 
-def kernel_stage(model: LoadedModel, settings: StageSettings, deadline: float, work_dir: Path,
-                 progress: Progress, on_batch: Callable[[], None] = lambda: None) -> dict:  # fmt: skip
-    """Tune the model's TVM tasks, most important first, until ``deadline`` (``time.monotonic()``)."""
+class RunState:
+    """``work/state.json``: finished stages with the inputs they ran on, and time spent per stage."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+        self.data.setdefault("stages", {})
+        self.data.setdefault("spent_s", {})
+
+    def reuse(self, stage: str, key: dict) -> dict | None:
+        """The stage's record (as stored) if it finished on these same inputs."""
+        saved = self.data["stages"].get(stage)
+        return saved["record"] if saved and saved.get("key") == key else None
+
+    def finish(self, stage: str, key: dict, record: Record) -> None:
+        self.data["stages"][stage] = {"key": key, "record": record.to_json()}
+        self.save()
+
+    def spent(self, stage: str) -> float:
+        return float(self.data["spent_s"].get(stage, 0.0))
+
+    def set_spent(self, stage: str, seconds: float) -> None:
+        self.data["spent_s"][stage] = seconds
+        self.save()
+
+    def save(self) -> None:
+        atomic.write_json(self.path, self.data, indent=1)
+
+
+@dataclass
+class StageContext:
+    """What flows through ``optimize``: the user's model, the graph that goes on, and each stage's output."""
+
+    original: LoadedModel
+    settings: StageSettings
+    budget: Budget
+    work: Path
+    state: RunState
+    progress: Listener
+    levels: tuple[str, ...]
+    #: the graph that goes on (the graph stage's rewrite when it was kept)
+    current: LoadedModel = field(init=False)
+    #: seconds the graph stage left of its share (the kernel stage gets them)
+    graph_unused_s: float = 0.0
+    #: the kernel stage's work directory, when it tuned anything
+    tuning_db: Path | None = None
+    kernel_trials: int = 0
+    selection: Selection | None = None
+
+    def __post_init__(self) -> None:
+        self.current = self.original
+
+    def say(self, stage: str, text: str) -> None:
+        self.progress(Event(stage, text))
+
+
+class Stage(Protocol):
+    """One level's step inside ``optimize``."""
+
+    name: str
+
+    def key(self, context: StageContext) -> dict | None:
+        """The inputs this stage runs on; a finished stage with the same key is reused (``None``: never)."""
+
+    def run(self, context: StageContext) -> Record:
+        """Run the stage, update ``context`` with its result, return its record."""
+
+    def reuse(self, context: StageContext, record: Record) -> None:
+        """Put a reused record's result back into ``context``."""
+
+
+def run_stage(stage: Stage, context: StageContext) -> Record:
+    """``stage`` reused when it finished on the same inputs, else run (and recorded as finished)."""
+    key = stage.key(context)
+    saved = context.state.reuse(stage.name, key) if key is not None else None
+    if saved is not None:
+        record = RECORDS[stage.name].from_json(saved)
+        stage.reuse(context, record)
+        return record
+    record = stage.run(context)
+    if key is not None:
+        context.state.finish(stage.name, key, record)
+    return record
+
+
+class GraphStage:
+    """Rewrite with the graph agent; the rewrite goes on only if it won its contest."""
+
+    name = "graph"
+
+    def key(self, context: StageContext) -> dict:
+        settings = context.settings
+        return {"fingerprint": fingerprint(context.original), "agent": settings.graph_agent, "seed": settings.seed,
+                "limit_s": context.budget.share_s("graph"), "threads": settings.threads}  # fmt: skip
+
+    def run(self, context: StageContext) -> GraphRecord:
+        from rlcompile.graph.api import GraphRequest, optimize_graph
+
+        settings, limit_s, started = context.settings, context.budget.share_s("graph"), time.monotonic()
+        context.progress(Phase("graph", f"graph: {settings.graph_agent} searches rewrites for up to {limit_s:.0f} s",
+                               "search"))  # fmt: skip
+        checkpoint = context.work / f"graph-ppo-seed{settings.seed}.pt" if settings.graph_agent == "ppo" else None
+        request = GraphRequest(agent=settings.graph_agent, max_steps=50, time_limit_s=max(limit_s, 1.0),
+                               seed=settings.seed, timing=settings.timing, threads=settings.threads,
+                               checkpoint=checkpoint)  # fmt: skip
+        run = optimize_graph(context.original, request, context.progress)
+        verdict = {"kept": False, "reason": "the rewritten graph disagrees with the original"}
+        if run.agreement.within() and run.verdict is not None:
+            verdict = run.verdict.to_dict()
+        else:
+            context.progress(Decision("graph", verdict["reason"], False))
+        record = GraphRecord(agent=settings.graph_agent, rewrites=run.kept_rewrites, cleanup=len(run.cleanup),
+                             nodes_before=run.nodes_before, nodes_after=run.nodes_after,
+                             agreement=run.agreement.to_dict(), search=run.result.summary(), **verdict)  # fmt: skip
+        if record.kept:
+            import onnx
+
+            onnx.save(run.proto, str(context.work / GRAPH_FILE))
+            context.current = rewritten(context.original, run.proto)
+        record.wall_s = time.monotonic() - started
+        context.graph_unused_s = max(0.0, limit_s - record.wall_s)
+        return record
+
+    def reuse(self, context: StageContext, record: GraphRecord) -> None:
+        import onnx
+
+        kept = "rewrite kept" if record.kept else "original kept"
+        context.progress(Reuse("graph", f"graph: reusing the finished stage ({kept})", "stage"))
+        if record.kept:
+            context.current = rewritten(context.original, onnx.load(str(context.work / GRAPH_FILE)))
+        else:
+            record.reused = True
+        context.graph_unused_s = max(0.0, context.budget.share_s("graph") - record.wall_s)
+
+
+def rewritten(original: LoadedModel, proto) -> LoadedModel:
+    return LoadedModel(original.name, proto, list(original.inputs), original.source, list(original.notes))
+
+
+class KernelStage:
+    """Tune the TVM tasks of the graph that goes on, most important first, until the deadline."""
+
+    name = "kernel"
+
+    def key(self, context: StageContext) -> dict:
+        settings = context.settings
+        return {"fingerprint": fingerprint(context.current), "strategy": settings.strategy, "trials": settings.trials,
+                "seed": settings.seed, "limit_s": context.budget.share_s("kernel")}  # fmt: skip
+
+    def run(self, context: StageContext) -> KernelRecord:
+        settings, state = context.settings, context.state
+        spent = state.spent("kernel")
+        allowed = context.budget.share_s("kernel") + context.graph_unused_s - spent
+        text = f"kernel: {settings.strategy} tunes for up to {max(allowed, 0):.0f} s"
+        if spent:  # an interrupted stage: its journal is resumed with the time it has left
+            context.progress(Reuse("kernel", f"{text} ({spent:.0f} s already spent)", "tuning"))
+        else:
+            context.progress(Phase("kernel", text, "tune"))
+        began = time.monotonic()
+        try:
+            record = tune_kernels(context, began + max(allowed, 0.0),
+                                  lambda: state.set_spent("kernel", spent + time.monotonic() - began))
+        except ModelError as error:  # TVM cannot take this model (e.g. an operator it cannot import): go on without
+            context.say("kernel", f"kernel: skipped, {error}; the layer level chooses among the other libraries")
+            record = KernelRecord(strategy=settings.strategy, tasks=0, tuned_tasks=0, trials=0, resumed_trials=0,
+                                  failed_trials=0, best_ms={}, wall_s=time.monotonic() - began,
+                                  skipped=str(error))  # fmt: skip
+        state.set_spent("kernel", spent + time.monotonic() - began)
+        self.reuse(context, record, announce=False)
+        return record
+
+    def reuse(self, context: StageContext, record: KernelRecord, announce: bool = True) -> None:
+        if announce:
+            context.progress(Reuse("kernel", f"kernel: reusing the finished stage ({record.tuned_tasks}/"
+                                             f"{record.tasks} tasks tuned)", "stage"))  # fmt: skip
+        context.tuning_db = None if record.skipped else context.work / TUNING
+        context.kernel_trials = record.trials
+
+
+def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], None]) -> KernelRecord:
+    """Tune the cleaned graph's TVM tasks, most important first, until ``deadline`` (``time.monotonic()``)."""
+    from rlcompile.graph.cleanup import clean_model
     from rlcompile.kernel.api import TuneRequest, tune
 
-    started = time.monotonic()
-    request = TuneRequest(model=model.name, work_dir=work_dir, strategy=settings.strategy, trials=settings.trials,
-                          seed=settings.seed)  # fmt: skip
+    settings, started = context.settings, time.monotonic()
+    model = clean_model(context.current)  # the convolutions the layer stage's TVM segments will have
+    request = TuneRequest(model=model.name, work_dir=context.work / TUNING, strategy=settings.strategy,
+                          trials=settings.trials, seed=settings.seed)  # fmt: skip
 
     def report(state) -> None:
         on_batch()
         best = f"{state.best_seconds * 1e3:.3f} ms" if state.valid else "no valid schedule yet"
-        progress(f"kernel: {state.task.label}: {state.trials}/{state.budget} trials, best {best}")
+        text = f"kernel: {state.task.label}: {state.trials}/{state.budget} trials, best {best}"
+        context.progress(Step("kernel", text, state.trials, state.budget, "trials", state.task.label))
 
-    states = tune(request, [report], lambda tasks: progress(f"kernel: tuning {len(tasks)} tasks with "
-                  f"{settings.strategy} until the deadline"), model=model, deadline=deadline)  # fmt: skip
+    def starting(tasks) -> None:
+        context.progress(Phase("kernel", f"kernel: tuning {len(tasks)} tasks with {settings.strategy} until the "
+                                         "deadline", "tune"))  # fmt: skip
+
+    states = tune(request, [report], starting, model=model, deadline=deadline)
     tuned = [state for state in states if state.valid]
-    return {
-        "strategy": settings.strategy,
-        "tasks": len(states),
-        "tuned_tasks": len(tuned),
-        "trials": sum(state.trials for state in states),
-        "resumed_trials": sum(state.resumed for state in states),
-        "failed_trials": sum(state.failures for state in states),
-        "best_ms": {state.task.label: state.best_seconds * 1e3 for state in tuned},
-        "wall_s": time.monotonic() - started,
-    }
+    return KernelRecord(strategy=settings.strategy, tasks=len(states), tuned_tasks=len(tuned),
+                        trials=sum(state.trials for state in states),
+                        resumed_trials=sum(state.resumed for state in states),
+                        failed_trials=sum(state.failures for state in states),
+                        best_ms={state.task.label: state.best_seconds * 1e3 for state in tuned},
+                        wall_s=time.monotonic() - started)  # fmt: skip
 
 
-def layer_stage(model: LoadedModel, original: LoadedModel, settings: StageSettings, tuning_db: Path | None,
-                table_dir: Path, progress: Progress, mixed: bool = True) -> tuple[Selection, dict]:  # fmt: skip
-    """Choose a library per fusion group (TVM with the tuned records among them); keep the fastest plan.
+class LayerStage:
+    """A runtime per fusion group (TVM with the tuned records among them); the fastest plan is kept.
 
-    ``mixed=False`` (the layer level not asked for): only whole-model single-library plans compete.
+    When the layer level was not asked for, only whole-model single-runtime plans compete. Its result (the
+    compiled plan) is needed to write the output, so the stage always runs; its profile resumes by itself.
     """
-    started = time.monotonic()
-    names = runtimes.parse(settings.libraries, tuning_db is not None)
-    selection = select_segments(model, settings.layer_agent, settings.seed, settings.threads, names, tuning_db,
-                                table_dir, settings.timing, progress, mixed=mixed,
-                                baseline=original if model is not original else None)  # fmt: skip
-    record = {"agent": settings.layer_agent, "libraries": names, "unavailable": selection.unavailable,
-              "chosen": selection.chosen.labels, "segments": selection.chosen.segments,
-              "library_mix": selection.chosen.library_mix(), "wall_s": time.monotonic() - started}  # fmt: skip
-    return selection, record
+
+    name = "layer"
+
+    def key(self, context: StageContext) -> None:
+        return None
+
+    def run(self, context: StageContext) -> LayerRecord:
+        settings, started = context.settings, time.monotonic()
+        mixed = "layer" in context.levels
+        context.progress(Phase("layer", "layer: choosing the library of each fusion group" if mixed
+                               else "choosing the fastest single library (the layer level was not asked for)",
+                               "select"))  # fmt: skip
+        names = runtimes.parse(settings.libraries, context.tuning_db is not None)
+        table_dir = context.work / "tables" / f"kernel-{context.kernel_trials}"
+        baseline = context.original if context.current is not context.original else None
+        selection = select_segments(context.current, settings.layer_agent, settings.seed, settings.threads, names,
+                                    context.tuning_db, table_dir, settings.timing, context.progress, mixed=mixed,
+                                    baseline=baseline)  # fmt: skip
+        context.selection = selection
+        return LayerRecord(agent=settings.layer_agent, libraries=names, unavailable=selection.unavailable,
+                           chosen=selection.chosen.labels, segments=selection.chosen.segments,
+                           library_mix=selection.chosen.library_mix(), wall_s=time.monotonic() - started)  # fmt: skip
+
+    def reuse(self, context: StageContext, record: Record) -> None:  # never reused: key() is None
+        raise NotImplementedError
+
+
+RECORDS: dict[str, type[Record]] = {"graph": GraphRecord, "kernel": KernelRecord, "layer": LayerRecord}
+STAGES: dict[str, Stage] = {"graph": GraphStage(), "kernel": KernelStage(), "layer": LayerStage()}
+
+
+def stages_for(levels: tuple[str, ...]) -> list[Stage]:
+    """The stages ``optimize`` runs for ``levels``: those asked for, in order, and always the layer stage
+    (it measures the plan that is written, single-runtime plans only when the layer level was not asked for)."""
+    return [STAGES[name] for name in ("graph", "kernel") if name in levels] + [STAGES["layer"]]

@@ -7,16 +7,17 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from rlcompile.manifest import GraphRecord, KernelRecord, LatencyRecord, LayerRecord, Manifest, Record
+from rlcompile.measure import DECISION_ROUNDS
+
 REPORT = "report.md"
 FIGURE = "report.png"
-STAGES = (("original", "original_ms"), ("+ graph", "after_graph_ms"), ("+ kernel", "after_kernel_ms"),
-          ("+ layer (output)", "final_ms"))  # fmt: skip
 
 
-def library_times(manifest: dict) -> dict[str, float]:
+def library_times(manifest: Manifest) -> dict[str, float]:
     """Predicted in-context ms per library of the chosen plan (the table's per-group times, summed)."""
     totals: dict[str, float] = defaultdict(float)
-    for row in manifest["selection"]["groups"]:
+    for row in manifest.selection["groups"]:
         totals[row["library"]] += row["ms"].get(row["library"], 0.0)
     return dict(totals)
 
@@ -30,70 +31,76 @@ def ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def stage_lines(stages: dict) -> list[str]:
+def stage_lines(stages: dict[str, Record]) -> list[str]:
     rows = []
     graph = stages.get("graph")
-    if graph:
-        rows.append(["graph", f"{graph['agent']}: {graph['rewrites']} rewrites after {graph['cleanup']} fusions; "
-                     f"{graph.get('reason', '')}", f"{graph['wall_s']:.0f}"])  # fmt: skip
+    if isinstance(graph, GraphRecord):
+        rows.append(["graph", f"{graph.agent}: {graph.rewrites} rewrites after {graph.cleanup} fusions; "
+                     f"{graph.reason}", f"{graph.wall_s:.0f}"])  # fmt: skip
     kernel = stages.get("kernel")
-    if kernel and kernel.get("skipped"):
-        rows.append(["kernel", f"skipped: {kernel['skipped']}", f"{kernel['wall_s']:.0f}"])
-    elif kernel:
-        rows.append(["kernel", f"{kernel['strategy']}: {kernel['trials']} trials ({kernel['resumed_trials']} "
-                     f"resumed, {kernel['failed_trials']} failed), {kernel['tuned_tasks']}/{kernel['tasks']} "
-                     "tasks tuned", f"{kernel['wall_s']:.0f}"])  # fmt: skip
+    if isinstance(kernel, KernelRecord) and kernel.skipped:
+        rows.append(["kernel", f"skipped: {kernel.skipped}", f"{kernel.wall_s:.0f}"])
+    elif isinstance(kernel, KernelRecord):
+        rows.append(["kernel", f"{kernel.strategy}: {kernel.trials} trials ({kernel.resumed_trials} resumed, "
+                     f"{kernel.failed_trials} failed), {kernel.tuned_tasks}/{kernel.tasks} tasks tuned",
+                     f"{kernel.wall_s:.0f}"])  # fmt: skip
     layer = stages["layer"]
-    mix = ", ".join(f"{name} x{count}" for name, count in layer["library_mix"].items())
-    rows.append(["layer", f"{layer['agent']} over {', '.join(layer['libraries'])}: chose "
-                 f"{', '.join(layer['chosen'])} ({layer['segments']} segment(s); groups: {mix})",
-                 f"{layer['wall_s']:.0f}"])  # fmt: skip
+    assert isinstance(layer, LayerRecord)
+    mix = ", ".join(f"{name} x{count}" for name, count in layer.library_mix.items())
+    rows.append(["layer", f"{layer.agent} over {', '.join(layer.libraries)}: chose {', '.join(layer.chosen)} "
+                 f"({layer.segments} segment(s); groups: {mix})", f"{layer.wall_s:.0f}"])  # fmt: skip
     return markdown_table(["stage", "decision", "wall s"], rows)
 
 
-def write_report(output: Path, manifest: dict) -> None:
+def after_each_stage(latency: LatencyRecord) -> list[tuple[str, float]]:
+    return [("original", latency.original_ms), ("+ graph", latency.after_graph_ms),
+            ("+ kernel", latency.after_kernel_ms), ("+ layer (output)", latency.final_ms)]  # fmt: skip
+
+
+def write_report(output: Path, manifest: Manifest) -> None:
     """Write ``report.md`` and ``report.png`` into the plan directory ``output``."""
-    run = manifest["optimize"]
-    latency = run["latency"]
-    noise = latency.get("noise")
-    lines = [f"# rlcompile optimize: {manifest['model']}", "",
-             f"{manifest['environment'].get('cpu')}, {manifest['threads']} threads; budget "
-             f"{run['budget']['total_s']:.0f} s, wall time {run['wall_s']:.0f} s; "
-             f"levels {', '.join(run['request']['levels'])}.",
+    run = manifest.optimize
+    latency = run.latency
+    noise = latency.noise
+    lines = [f"# rlcompile optimize: {manifest.model}", "",
+             f"{manifest.environment.get('cpu')}, {manifest.threads} threads; budget "
+             f"{run.budget['total_s']:.0f} s, wall time {run.wall_s:.0f} s; "
+             f"levels {', '.join(run.request['levels'])}.",
              "", "## Before and after", ""]  # fmt: skip
-    rows = [[name, ms(latency[key]), f"{latency['original_ms'] / latency[key]:.3f}x"] for name, key in STAGES]
-    rows += [[f"{name} (original model)", ms(value), f"{latency['original_ms'] / value:.3f}x"]
-             for name, value in latency["native_ms"].items()]  # fmt: skip
+    rows = [[name, ms(value), f"{latency.original_ms / value:.3f}x"] for name, value in after_each_stage(latency)]
+    rows += [[f"{name} (original model)", ms(value), f"{latency.original_ms / value:.3f}x"]
+             for name, value in latency.native_ms.items()]  # fmt: skip
     lines += markdown_table(["", "median ms", "speed-up vs the faster native"], rows)
-    agreement = latency.get("agreement") or {}
-    lines += ["", f"Measured alternately in one process (5 rounds). Two identical sessions of one library "
-              f"differed by {100 * noise:.1f}% in this run." if noise is not None else "",
+    agreement = latency.agreement or {}
+    lines += ["", f"Measured in turns in one process ({DECISION_ROUNDS} rounds). Two identical sessions of one "
+              f"library differed by {100 * noise:.1f}% in this run." if noise is not None else "",
               f"Outputs agree with ONNX Runtime on the original model (max relative error "
               f"{agreement.get('max_rel', float('nan')):.1e}).", "", "## Stages", ""]  # fmt: skip
-    lines += stage_lines(run["stages"])
+    lines += stage_lines(run.stages)
     lines += ["", "## Plans measured by the layer stage", ""]
     lines += markdown_table(["plan", "segments", "predicted ms", "measured ms"],
                             [[", ".join(c["labels"]), c["segments"], ms(c["predicted_ms"]), ms(c["measured_ms"])]
-                             for c in manifest["selection"]["candidates"]])  # fmt: skip
+                             for c in manifest.selection["candidates"]])  # fmt: skip
     lines += ["", f"Run it: `rlcompile run {output}` or `rlcompile.load({str(output)!r}).run(feeds)`.", ""]
     (output / REPORT).write_text("\n".join(lines))
     plot(output / FIGURE, manifest)
 
 
-def plot(path: Path, manifest: dict) -> None:
+def plot(path: Path, manifest: Manifest) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    latency = manifest["optimize"]["latency"]
+    latency = manifest.optimize.latency
+    stages = after_each_stage(latency)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    names = [name for name, _ in STAGES] + [f"{name}" for name in latency["native_ms"]]
-    values = [latency[key] for _, key in STAGES] + list(latency["native_ms"].values())
-    colours = ["tab:blue"] * len(STAGES) + ["tab:gray"] * len(latency["native_ms"])
+    names = [name for name, _ in stages] + list(latency.native_ms)
+    values = [value for _, value in stages] + list(latency.native_ms.values())
+    colours = ["tab:blue"] * len(stages) + ["tab:gray"] * len(latency.native_ms)
     left.barh(names[::-1], values[::-1], color=colours[::-1])
     left.set_xlabel("median latency (ms)")
-    left.set_title(f"{manifest['model']}: latency after each stage")
+    left.set_title(f"{manifest.model}: latency after each stage")
     times = library_times(manifest)
     right.bar(list(times), list(times.values()), color="tab:orange")
     right.set_ylabel("predicted in-context ms")

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 
 from rlcompile.compare import Comparison
+from rlcompile.manifest import KernelRecord, Manifest
 from rlcompile.verify import DEFAULT_RTOL
 
 
@@ -189,30 +190,32 @@ def groups_table(selection) -> Table:
     return table
 
 
-def kernel_decision(kernel: dict | None) -> str:
+def kernel_decision(kernel: KernelRecord | None) -> str:
     if kernel is None:
         return "not run"
-    if kernel.get("skipped"):
-        return f"skipped: {kernel['skipped']}"
-    return f"{kernel['tuned_tasks']}/{kernel['tasks']} tasks tuned in {kernel['trials']} trials"
+    if kernel.skipped:
+        return f"skipped: {kernel.skipped}"
+    return f"{kernel.tuned_tasks}/{kernel.tasks} tasks tuned in {kernel.trials} trials"
 
 
-def optimize_table(manifest: dict) -> Table:
+def optimize_table(manifest: Manifest) -> Table:
     """``rlcompile optimize``: latency after each stage and what each stage decided."""
-    run = manifest["optimize"]
-    latency, stages = run["latency"], run["stages"]
+    run = manifest.optimize
+    latency, stages = run.latency, run.stages
+    layer = stages["layer"]
     decisions = {
-        "graph": stages.get("graph", {}).get("reason", "not run"),
+        "graph": stages["graph"].reason if "graph" in stages else "not run",
         "kernel": kernel_decision(stages.get("kernel")),
-        "layer": f"{', '.join(stages['layer']['chosen'])}, {stages['layer']['segments']} segment(s)",
+        "layer": f"{', '.join(layer.chosen)}, {layer.segments} segment(s)",
     }  # fmt: skip
-    table = Table(title=f"{manifest['model']}: optimize ({manifest['threads']} threads)")
+    table = Table(title=f"{manifest.model}: optimize ({manifest.threads} threads)")
     for column in ("stage", "median ms", "vs original", "wall s", "decision"):
         table.add_column(column, justify="left" if column in ("stage", "decision") else "right")
-    original = latency["original_ms"]
+    original = latency.original_ms
     table.add_row("original (faster native)", f"{original:.3f}", "1.000x", "", "")
-    for stage, key in (("graph", "after_graph_ms"), ("kernel", "after_kernel_ms"), ("layer", "final_ms")):
-        wall = stages.get(stage, {}).get("wall_s")
-        table.add_row(f"+ {stage}", f"{latency[key]:.3f}", f"{original / latency[key]:.3f}x",
-                      "" if wall is None else f"{wall:.0f}", decisions[stage])  # fmt: skip
+    after = {"graph": latency.after_graph_ms, "kernel": latency.after_kernel_ms, "layer": latency.final_ms}
+    for stage, ms in after.items():
+        wall = stages[stage].wall_s if stage in stages else None
+        table.add_row(f"+ {stage}", f"{ms:.3f}", f"{original / ms:.3f}x", "" if wall is None else f"{wall:.0f}",
+                      decisions[stage])  # fmt: skip
     return table

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from rlcompile.events import Decision, Event, Phase
 from rlcompile.graph import onnx_graph, rules
 from rlcompile.graph.api import GraphRequest, optimize_graph, verified
 from rlcompile.graph.rules.base import StructuralRule
@@ -17,8 +18,13 @@ from tests.graph.test_search import inception_block
 
 def test_optimize_graph_verifies_and_times_both_graphs():
     model = loaded(inception_block(), "block")
-    run = optimize_graph(model, GraphRequest(agent="greedy", max_steps=4, cost="sum", timing=QUICK))
+    events: list[Event] = []
+    run = optimize_graph(model, GraphRequest(agent="greedy", max_steps=4, cost="sum", timing=QUICK), events.append)
     assert run.agreement.within() and run.kept_rewrites == len(run.result.rewrites) > 0
+    decisions = [event for event in events if isinstance(event, Decision)]
+    assert len(decisions) == 1 and decisions[0].kept == run.kept  # the verdict is reported once
+    assert decisions[0].noise == run.verdict.noise and [e.phase for e in events if isinstance(e, Phase)] == [
+        "search", "verify", "measure"]
     assert run.original_ms.median_ms > 0 and run.optimized_ms.median_ms > 0
     assert run.verdict is not None and run.kept == run.verdict.kept
     if run.kept:  # the rewrite measured faster beyond the noise: it is returned

@@ -11,6 +11,7 @@ import pytest
 
 import rlcompile
 from rlcompile.cli import main
+from rlcompile.events import Event, Reuse, Step
 from rlcompile.layer.selection import Candidate, pick, select_segments
 from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
@@ -121,18 +122,18 @@ def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: 
     created = {"ort": runtimes.create("ort")}
     path = tmp_path / "table.json"
 
-    def interrupt_at_group_3(message: str) -> None:
-        if message.startswith("profiling group 3/"):
+    def interrupt_at_group_3(event: Event) -> None:
+        if isinstance(event, Step) and event.done == 2:  # about to profile the third group
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         load_or_profile_groups(grouped, created, 1, path, interrupt_at_group_3)
     assert not path.exists() and path.with_name(path.name + ".partial").exists()
-    messages: list[str] = []
-    table, reused = load_or_profile_groups(grouped, created, 1, path, messages.append)
+    events: list[Event] = []
+    table, reused = load_or_profile_groups(grouped, created, 1, path, events.append)
     assert not reused and set(table.options) == {group.name for group in grouped.groups}
-    assert "resuming the profile: 2 of" in messages[0]
-    assert not any(message.startswith(("profiling group 1/", "profiling group 2/")) for message in messages)
+    assert isinstance(events[0], Reuse) and events[0].done == 2
+    assert not any(isinstance(event, Step) and event.done < 2 for event in events)
     assert not path.with_name(path.name + ".partial").exists()
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import rlcompile
+from rlcompile.events import Event, Reuse, Step
 from rlcompile.layer.selection import TIE_BAND
 from rlcompile.optimize import OptimizeRequest, StageSettings, optimize
 from rlcompile.verify import compare_outputs
@@ -27,23 +28,23 @@ def interrupted_then_resumed(tmp_path_factory):
     """Run until the kernel stage has finished one batch, interrupt it (as Ctrl-C does), run again."""
     output = tmp_path_factory.mktemp("optimize") / "lenet5.opt"
 
-    def interrupt_after_first_batch(message: str) -> None:
-        if message.startswith("kernel: ") and "trials, best" in message:
+    def interrupt_after_first_batch(event: Event) -> None:
+        if isinstance(event, Step) and event.stage == "kernel":
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         optimize(request(output), interrupt_after_first_batch)
-    messages: list[str] = []
-    result = optimize(request(output), messages.append)
-    return output, result, messages
+    events: list[Event] = []
+    result = optimize(request(output), events.append)
+    return output, result, events
 
 
 def test_resumed_run_reuses_the_graph_stage_and_the_tuning_journal(interrupted_then_resumed):
-    _, result, messages = interrupted_then_resumed
-    assert any(m.startswith("graph: reusing the finished stage") for m in messages)
+    _, result, events = interrupted_then_resumed
+    assert any(isinstance(event, Reuse) and event.stage == "graph" for event in events)
     kernel = result.manifest["optimize"]["stages"]["kernel"]
     assert kernel["resumed_trials"] > 0 and kernel["trials"] >= kernel["resumed_trials"]  # more if time is left
-    assert any("already spent" in m for m in messages)
+    assert any(isinstance(event, Reuse) and event.stage == "kernel" and event.what == "tuning" for event in events)
 
 
 def test_output_is_a_verified_plan_directory_with_manifest_and_report(interrupted_then_resumed):
@@ -76,10 +77,10 @@ def test_the_output_is_the_fastest_measured_plan_and_never_an_untuned_kernel(int
 
 def test_the_same_command_again_reuses_the_finished_output(interrupted_then_resumed):
     output, first, _ = interrupted_then_resumed
-    messages: list[str] = []
-    again = optimize(request(output), messages.append)
+    events: list[Event] = []
+    again = optimize(request(output), events.append)
     assert again.reused and again.manifest == first.manifest
-    assert any("already holds this optimisation" in m for m in messages)
+    assert any(isinstance(event, Reuse) and event.what == "output" for event in events)
 
 
 def test_layer_only_on_a_dynamic_input_model(dynamic_conv_model: Path, tmp_path: Path):

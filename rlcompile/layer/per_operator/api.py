@@ -3,17 +3,17 @@
 ``select`` is what ``rlcompile select`` runs. Batch normalisation is folded into the convolutions
 first (the graph level's fusion rules), as every inference library does, so the table's layers are
 the ones a library would run. The chosen plan is executed by :class:`~rlcompile.layer.per_operator.engine.Engine`,
-checked against ONNX Runtime on random inputs, and timed alternately with ONNX Runtime running the
+checked against ONNX Runtime on random inputs, and timed in turns with ONNX Runtime running the
 whole original graph natively (ORT_ENABLE_ALL).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlcompile.events import Event, Listener, Phase, Reuse, ignore
 from rlcompile.graph.cleanup import clean_model
 from rlcompile.layer import solvers
 from rlcompile.layer.per_operator import primitives
@@ -28,8 +28,6 @@ from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.runtimes.ort import OrtRuntime, run_proto
 from rlcompile.verify import Agreement, compare_outputs
-
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -80,13 +78,14 @@ class SelectRun:
 
 
 def prepare(
-    model: LoadedModel, table_dir: Path | None = None, progress: Progress = lambda message: None, threads: int = 1
+    model: LoadedModel, table_dir: Path | None = None, progress: Listener = ignore, threads: int = 1
 ) -> tuple[Network, LookupTable, Path, bool]:
     """The fused network and its lookup table (profiled now, or read from where it was saved)."""
     network = network_from_model(clean_model(model))
     path = table_path(model, threads, table_dir)
     table, reused = load_or_profile(model, network, path, progress)
-    progress(f"{'reused' if reused else 'wrote'} the lookup table {path}")
+    progress(Reuse("layer", f"reused the lookup table {path}", "table") if reused
+             else Event("layer", f"wrote the lookup table {path}"))  # fmt: skip
     return network, table, path, reused
 
 
@@ -96,7 +95,7 @@ def select(
     seed: int = 0,
     table_dir: Path | None = None,
     timing: MeasureConfig | None = DEFAULT,
-    progress: Progress = lambda message: None,
+    progress: Listener = ignore,
     threads: int = 1,
     **solver_options: object,
 ) -> SelectRun:
@@ -108,18 +107,20 @@ def select(
     with primitives.thread_limit(threads):
         network, table, path, reused = prepare(model, table_dir, progress, threads)
         problem = SelectionProblem(table)
-        progress(f"solving with {agent} over {len(problem)} layers")
+        progress(Phase("layer", f"solving with {agent} over {len(problem)} layers", "solve"))
         result = solver.solve(problem, seed)
         run = SelectRun(model.name, agent, table, problem, result, path, reused)
-        progress("running the plan end to end")
+        progress(Phase("layer", "running the plan end to end", "run"))
         engine = Engine(network, run.plan)
         run.fallbacks = engine.fallbacks
         for layer, why in engine.fallbacks.items():
-            progress(f"{layer}: chosen primitive failed here ({why}); ran {primitives.DEFAULT} instead")
+            progress(Event("layer", f"{layer}: chosen primitive failed here ({why}); ran {primitives.DEFAULT} "
+                           "instead"))  # fmt: skip
         feeds = model.random_inputs(seed)
         run.agreement = compare_outputs(run_proto(model.proto, feeds), engine.run(feeds))
         if timing is not None:
-            progress("timing the plan and ONNX Runtime (whole graph, ORT_ENABLE_ALL) side by side")
+            progress(Phase("layer", "timing the plan and ONNX Runtime (whole graph, ORT_ENABLE_ALL) side by side",
+                           "measure"))  # fmt: skip
             native = model.compile(OrtRuntime("all"), RuntimeOptions(threads, exclusive=True))
             contenders = [Contender("plan", lambda: engine.run(feeds)), Contender("ort native", native.timer(feeds))]
             standings = run_contest(contenders, timing, REPORT_ROUNDS)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from rlcompile.events import Event, Listener, Step, ignore
 from rlcompile.layer.per_operator import primitives
 from rlcompile.layer.per_operator.network import Network
 from rlcompile.layer.table import (
@@ -22,7 +23,6 @@ from rlcompile.layer.table import (
     TABLE_VERSION,
     Edge,
     LookupTable,
-    Progress,
     save_table,
     shape_key,
     time_if_agrees,
@@ -45,27 +45,28 @@ def table_path(model: LoadedModel, threads: int, directory: Path | None = None) 
     return directory / f"{model.name}.layers-{content}-{machine}.json"
 
 
-def load_or_profile(model: LoadedModel, network: Network, path: Path, progress: Progress = lambda m: None,
+def load_or_profile(model: LoadedModel, network: Network, path: Path, progress: Listener = ignore,
                     timing: MeasureConfig = LAYER_TIMING) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
     if path.exists():
         try:
             return LookupTable.from_json(json.loads(path.read_text())), True
         except (ValueError, KeyError, TypeError):
-            progress(f"ignoring unreadable table {path}")
+            progress(Event("layer", f"ignoring unreadable table {path}"))
     table = profile(network, progress, timing)
     save_table(table, path)
     return table, False
 
 
-def profile(network: Network, progress: Progress = lambda m: None, timing: MeasureConfig = LAYER_TIMING) -> LookupTable:
+def profile(network: Network, progress: Listener = ignore, timing: MeasureConfig = LAYER_TIMING) -> LookupTable:
     """Check and time every candidate primitive of every layer, and every conversion."""
     rng = np.random.default_rng(0)
     options: dict[str, dict[str, float]] = {}
     rejected: dict[str, dict[str, str]] = {}
     layouts: dict[str, str] = {}
     for index, layer in enumerate(network.layers):
-        progress(f"profiling layer {index + 1}/{len(network.layers)}: {layer.name} ({layer.describe()})")
+        progress(Step("layer", f"profiling layer {index + 1}/{len(network.layers)}: {layer.name} ({layer.describe()})",
+                      index, len(network.layers), "layers profiled", layer.name))  # fmt: skip
         inputs = [random_activation(shape, rng) for shape in layer.input_shapes]
         reference = primitives.create(primitives.DEFAULT).prepare(layer)(inputs)
         options[layer.name] = {}

@@ -1,0 +1,53 @@
+"""The contest every decision goes through: turns, twins as the noise, keep rules, ties to the simplest."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rlcompile.measure import PLAN_RULE, REWRITE_RULE, Contender, KeepRule, MeasureConfig, run_contest, summarize
+from rlcompile.measure.contest import Standings, beats, fastest
+
+QUICK_TURNS = MeasureConfig(warmup=1, min_repeats=5, min_time_s=0.02, max_time_s=1.0)
+
+
+def sleeper(ms: float):
+    return lambda: time.sleep(ms / 1e3)
+
+
+def standings(medians: dict[str, float], twins: dict[str, str] | None = None,
+              simplicity: dict[str, float] | None = None) -> Standings:  # fmt: skip
+    return Standings({label: summarize([ms]) for label, ms in medians.items()}, twins or {}, simplicity or {})
+
+
+def test_a_real_contest_ranks_by_median_and_measures_the_twins_spread():
+    result = run_contest([Contender("slow", sleeper(4)), Contender("fast", sleeper(1)),
+                          Contender("fast twin", sleeper(1), twin_of="fast")], QUICK_TURNS, rounds=3)  # fmt: skip
+    assert result.winner(KeepRule()) == "fast"  # the twin is not a contender for the win
+    assert result.beats("fast", "slow", REWRITE_RULE)
+    assert not result.beats("slow", "fast", REWRITE_RULE)
+    assert result.noise is not None and result.noise < 0.5
+    assert all(result[label].repeats >= 3 * QUICK_TURNS.min_repeats for label in ("slow", "fast", "fast twin"))
+
+
+def test_a_challenger_must_beat_both_the_noise_and_the_minimum_gain():
+    rule = KeepRule(min_gain=0.01)
+    assert beats(10.0, 9.0, noise=0.05, rule=rule)  # 10% faster, noise 5%
+    assert not beats(10.0, 9.6, noise=0.05, rule=rule)  # 4% faster: within the noise
+    assert not beats(10.0, 9.95, noise=0.0, rule=rule)  # 0.5% faster: below the minimum gain
+    noisy = standings({"original": 10.0, "rewritten": 9.6, "twin": 10.5}, twins={"twin": "original"})
+    assert noisy.noise == pytest.approx(0.05)
+    assert not noisy.beats("rewritten", "original", rule)
+
+
+def test_ties_within_the_band_go_to_the_simplest_contender():
+    result = standings({"mixed": 10.0, "single": 10.15, "slow": 12.0}, simplicity={"mixed": 3, "single": 1})
+    assert result.winner(PLAN_RULE) == "single"  # 1.5% slower, one segment instead of three
+    assert result.winner(KeepRule()) == "mixed"  # no tie band: the fastest
+    assert fastest([("a", 10.0, 2), ("b", 10.5, 1)], PLAN_RULE) == "a"  # 5% is not a tie
+
+
+def test_contender_labels_must_be_unique():
+    with pytest.raises(ValueError, match="unique"):
+        run_contest([Contender("a", sleeper(0)), Contender("a", sleeper(0))], QUICK_TURNS, rounds=1)
