@@ -42,7 +42,17 @@ from rlcompile.layer.segments import (
     boundary_values,
     cut_segments,
 )
-from rlcompile.layer.table import LAYER_TIMING, SINK, SOURCE, Edge, LookupTable, save_table, shape_key, time_if_agrees
+from rlcompile.layer.table import (
+    LAYER_TIMING,
+    SINK,
+    SOURCE,
+    Edge,
+    LookupTable,
+    read_table,
+    save_table,
+    shape_key,
+    time_if_agrees,
+)
 from rlcompile.machine import cpu_identity, environment, package_versions
 from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, measure_after, measure_latency, run_contest
 from rlcompile.models.onnx_model import LoadedModel
@@ -146,11 +156,8 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
 def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int, path: Path,
                            progress: Listener = ignore) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
-    if path.exists():
-        try:
-            return LookupTable.from_json(json.loads(path.read_text())), True
-        except (ValueError, KeyError, TypeError):
-            progress(Event("layer", f"ignoring unreadable table {path}"))
+    if (stored := read_table(path, progress)) is not None:
+        return stored, True
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     table = profile_groups(grouped, created, threads, progress, checkpoint=partial)
@@ -219,6 +226,8 @@ def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | 
             why = rejected.get(group.name, {}).get(REFERENCE_RUNTIME, "?")
             raise ModelError(f"ONNX Runtime cannot run group {group.name} on its own: {why}")
         write_checkpoint(checkpoint, standalone, rejected)
+    count = len(grouped.groups)
+    progress(Step("layer", f"profiled {count} groups", count, count, "groups profiled"))
     return standalone, rejected
 
 

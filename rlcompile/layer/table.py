@@ -9,12 +9,14 @@ consumer; what a plan pays between options is paid on edges.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlcompile import atomic
 from rlcompile.errors import first_line
+from rlcompile.events import Event, Listener, ignore
 from rlcompile.measure import MeasureConfig, measure_latency
 from rlcompile.verify import compare_outputs
 
@@ -84,6 +86,17 @@ class LookupTable:
 
 
 Progress = Callable[[str], None]
+
+
+def read_table(path: Path, progress: Listener = ignore) -> LookupTable | None:
+    """The table stored at ``path``; ``None`` when there is none or it cannot be read (said, then profiled again)."""
+    if not path.exists():
+        return None
+    try:
+        return LookupTable.from_json(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError):
+        progress(Event("layer", f"ignoring unreadable table {path}"))
+        return None
 
 
 def save_table(table: LookupTable, path: Path) -> None:

@@ -9,13 +9,12 @@ models) under a name that includes the model's and the machine's fingerprints, a
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from rlcompile.events import Event, Listener, Step, ignore
+from rlcompile.events import Listener, Step, ignore
 from rlcompile.layer.per_operator import primitives
 from rlcompile.layer.per_operator.network import Network
 from rlcompile.layer.table import (
@@ -23,6 +22,7 @@ from rlcompile.layer.table import (
     TABLE_VERSION,
     Edge,
     LookupTable,
+    read_table,
     save_table,
     shape_key,
     time_if_agrees,
@@ -48,11 +48,8 @@ def table_path(model: LoadedModel, threads: int, directory: Path | None = None) 
 def load_or_profile(model: LoadedModel, network: Network, path: Path, progress: Listener = ignore,
                     timing: MeasureConfig = LAYER_TIMING) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
-    if path.exists():
-        try:
-            return LookupTable.from_json(json.loads(path.read_text())), True
-        except (ValueError, KeyError, TypeError):
-            progress(Event("layer", f"ignoring unreadable table {path}"))
+    if (stored := read_table(path, progress)) is not None:
+        return stored, True
     table = profile(network, progress, timing)
     save_table(table, path)
     return table, False
@@ -77,6 +74,8 @@ def profile(network: Network, progress: Listener = ignore, timing: MeasureConfig
                 layouts[primitive.name] = primitive.layout
             else:
                 rejected.setdefault(layer.name, {})[primitive.name] = reason
+    count = len(network.layers)
+    progress(Step("layer", f"profiled {count} layers", count, count, "layers profiled"))
     conversions = time_conversions(network.edges, timing, rng)
     return LookupTable(network.name, [layer.name for layer in network.layers], options, layouts, network.edges,
                        conversions, rejected, environment(primitives.THREADS["count"]))  # fmt: skip
