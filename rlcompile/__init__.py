@@ -3,8 +3,9 @@
 Three levels, one package: ``rlcompile.graph`` (substitutions on ONNX graphs), ``rlcompile.layer``
 (per-layer library selection) and ``rlcompile.kernel`` (schedule search for tensor programs), composed
 by ``rlcompile.optimize`` into a plan directory (``rlcompile.plan``). Shared pieces live beside them:
-``models`` (zoo and user models), ``backends`` (ONNX Runtime and TVM),
-``measure`` (honest latency statistics) and ``report`` (tables and plots).
+``models`` (zoo and user models), ``runtimes`` (ONNX Runtime, OpenVINO, PyTorch, TVM behind one
+interface), ``measure`` (timing and the contest every decision goes through) and ``report`` (tables and
+plots). The floors and what flows between them: ``docs/architecture.md``.
 """
 
 __version__ = "0.1.0"
