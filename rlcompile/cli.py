@@ -22,6 +22,7 @@ from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.measure import QUICK, MeasureConfig
 from rlcompile.names import (
     DEFAULT_RUNTIMES,
+    EXPORT_TARGETS,
     GRAPH_AGENTS,
     GRAPH_COSTS,
     GRAPH_LEARNING_AGENTS,
@@ -33,6 +34,7 @@ from rlcompile.names import (
     ORT_OPT_LEVELS,
     RUNTIMES,
     SAMPLINGS,
+    TUNE_MODULES,
     choices,
 )
 from rlcompile.report.events import EventLog
@@ -367,6 +369,7 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
 def command_optimize(args: argparse.Namespace) -> int:
     """graph -> kernel -> layer on one model, each stage measured; writes a plan directory with its report."""
     from rlcompile import runtimes
+    from rlcompile.export import export_command
     from rlcompile.kernel import strategies
     from rlcompile.layer import solvers
     from rlcompile.machine import host_cores
@@ -406,7 +409,24 @@ def command_optimize(args: argparse.Namespace) -> int:
     stdout.print(f"{result.manifest.model}: {verdict}", highlight=False)
     stdout.print(f"wrote {args.output}/ (report.md, report.png; run it with: rlcompile run {args.output})",
                  highlight=False)  # fmt: skip
+    stdout.print(f"deploy it: {export_command(result.manifest, args.output)}", highlight=False)
     write_json(args.json, result.manifest.to_json())
+    return 0
+
+
+def command_export(args: argparse.Namespace) -> int:
+    """Write a plan for the runtime the user deploys on (or the plan itself), then check it there."""
+    from rlcompile.export import export_plan
+
+    result = export_plan(args.plan, args.to, args.output, measure_config(args), log)
+    check = result.check
+    stdout.print(f"wrote {result.output}/: {', '.join(result.files)}", highlight=False)
+    stdout.print(f"checked with {args.to} alone in a fresh process: outputs agree with the plan's reference (max rel "
+                 f"err {check.agreement.max_rel:.1e}); {check.export_ms:.3f} ms against the plan's "
+                 f"{check.plan_ms:.3f} ms ({check.ratio:.3f}x); import {check.import_s:.2f} s, first run "
+                 f"{check.first_run_s * 1e3:.1f} ms", highlight=False)  # fmt: skip
+    stdout.print(f"load it as {result.output}/README.md shows", highlight=False)
+    write_json(args.json, result.to_dict())
     return 0
 
 
@@ -631,6 +651,15 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--json", type=Path, default=None, help="also write the manifest as JSON to this file")
     optimize.set_defaults(handler=command_optimize)
 
+    export = commands.add_parser("export", help="write a plan for the runtime you deploy on, checked there")
+    export.add_argument("plan", help="a plan directory (from optimize or select)")
+    export.add_argument("--to", required=True, choices=list(EXPORT_TARGETS),
+                        help="onnxruntime (model.onnx + session options), openvino (IR + compile config) or plan "
+                        "(the plan directory, for plans that mix runtimes)")  # fmt: skip
+    export.add_argument("-o", "--output", type=Path, required=True, help="the directory to write")
+    add_measure_arguments(export)
+    export.set_defaults(handler=command_export)
+
     build = commands.add_parser("build", help="compile a model with tuned records into a deployable .tar")
     add_model_arguments(build)
     build.add_argument("--work-dir", type=Path, required=True, help="the work dir of `rlcompile tune`")
@@ -704,6 +733,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error.errno not in ENVIRONMENT_ERRNOS:
             raise
         stderr.print(f"rlcompile: error: {describe_os_error(error)}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] not in TUNE_MODULES:
+            raise
+        stderr.print(f"rlcompile: error: `rlcompile {args.command}` needs the tuning dependencies (no module named "
+                     f"{error.name!r}): pip install 'rlcompile[tune]'", markup=False, highlight=False,
+                     soft_wrap=True)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         stderr.print("rlcompile: interrupted")

@@ -51,6 +51,14 @@ KERNEL_SCHEDULERS = ("gradient", "round-robin")
 #: Layer-level solvers of the lookup table (:func:`rlcompile.layer.solvers.create`).
 LAYER_SOLVERS = ("qlearning", "random", "greedy", "single", "exact")
 
+#: Where ``rlcompile export`` writes a plan for: the runtime a user deploys on, or the plan directory itself.
+EXPORT_TARGETS = ("onnxruntime", "openvino", "plan")
+
+#: Top-level modules of the ``rlcompile[tune]`` dependency group (pyproject.toml): a command that needs one
+#: that is missing says to install the group.
+TUNE_MODULES = ("torch", "tvm", "tvm_ffi", "onnxscript", "onnx_ir", "xgboost", "sklearn", "gymnasium",
+                "torch_geometric", "psutil", "threadpoolctl", "cloudpickle", "matplotlib", "tornado")  # fmt: skip
+
 #: ``optimize``'s levels, in pipeline order.
 LEVELS = ("graph", "kernel", "layer")
 

@@ -24,20 +24,28 @@ from rlcompile.verify import Agreement, compare_outputs
 NATIVE = "ort native"
 
 
+def is_artifact(path: str | Path) -> bool:
+    """Whether ``path`` is a kernel artefact (``model.tar`` from ``build``); told without importing TVM."""
+    return str(path).endswith(".tar") and Path(path).is_file()
+
+
 def is_saved(path: str | Path) -> bool:
     """Whether ``path`` is a plan directory or a kernel artefact (``.tar``)."""
-    from rlcompile.kernel.artifact import is_artifact
     from rlcompile.plan import is_plan_dir
 
-    return is_plan_dir(path) or is_artifact(str(path))
+    return is_plan_dir(path) or is_artifact(path)
 
 
 def load_saved(path: str | Path):
-    """A plan directory or a kernel artefact, loaded and ready to run; anything else is refused in one line."""
-    from rlcompile.kernel.artifact import is_artifact, load_artifact
+    """A plan directory or a kernel artefact, loaded and ready to run; anything else is refused in one line.
+
+    Only what the result runs is imported: a plan on ONNX Runtime or OpenVINO loads without torch or TVM.
+    """
     from rlcompile.plan import load_plan
 
-    if is_artifact(str(path)):
+    if is_artifact(path):
+        from rlcompile.kernel.artifact import load_artifact
+
         return load_artifact(Path(path))
     if Path(path).is_dir():
         return load_plan(path)

@@ -26,8 +26,10 @@ COMMANDS = {
     "select": ["select", "{model}", "--agent", "greedy", "-o", "{out}/plan", "--table-dir", "{out}/tables"],
     "optimize": ["optimize", "{model}", "-o", "{out}/opt", "--levels", "layer"],
     "graph-train": ["graph-train", "--models", "{model}", "--checkpoint", "{out}/agent.pt", "--train-episodes", "1"],
+    "export": ["export", "{model}", "--to", "onnxruntime", "-o", "{out}/exported"],
 }
-MODEL_COMMANDS = list(COMMANDS)
+#: Commands that take a model (export takes a plan directory: its own cases are below).
+MODEL_COMMANDS = [name for name in COMMANDS if name != "export"]
 
 #: Bad models: (model placeholder, extra flags, what the line must say).
 MODEL_CASES = {
@@ -72,7 +74,15 @@ OPTION_CASES = [
     ("optimize", ["--strategy", "alphazero"], "alphazero"),
     ("optimize", ["--layer-agent", "oracle"], "oracle"),
     ("optimize", ["--levels", "graph,kernels"], "--levels"),
+    ("export", ["--to", "tensorrt"], "invalid choice"),
 ]
+
+#: Bad plans for ``export`` (the model slot holds the plan directory): (plan placeholder, what the line must say).
+EXPORT_CASES = {
+    "not a plan directory": ("{tmp}", "is not an rlcompile plan directory"),
+    "a model file": ("{dynamic}", "is not an rlcompile plan directory"),
+    "missing": ("{tmp}/nowhere", "is not an rlcompile plan directory"),
+}
 
 #: Where each subcommand writes, redirected below a regular file so that it cannot be created.
 UNWRITABLE = {
@@ -84,6 +94,7 @@ UNWRITABLE = {
     "graph-train": ["--checkpoint", "{blocker}/agent.pt"],
     "select": ["-o", "{blocker}/plan"],
     "optimize": ["-o", "{blocker}/opt"],
+    "export": ["-o", "{blocker}/exported"],
 }
 
 
@@ -134,6 +145,12 @@ def test_bad_models_are_refused_in_one_line(name: str, case: str, places, capsys
 @pytest.mark.parametrize(("name", "extra", "message"), OPTION_CASES)
 def test_bad_options_are_refused_in_one_line(name: str, extra: list[str], message: str, places, capsys) -> None:
     assert_refused(command(name, "lenet5", extra, places), message, Path(places["out"]), capsys)
+
+
+@pytest.mark.parametrize("case", list(EXPORT_CASES))
+def test_bad_plans_are_refused_for_export_in_one_line(case: str, places, capsys) -> None:
+    plan, message = EXPORT_CASES[case]
+    assert_refused(command("export", plan.format(**places), [], places), message, Path(places["out"]), capsys)
 
 
 @pytest.mark.parametrize("name", list(UNWRITABLE))

@@ -139,10 +139,6 @@ class Artifact:
         return f"{meta['model']}, TVM {meta['target']}, {meta['tuned_tasks']}/{meta['total_tasks']} tasks tuned"
 
 
-def is_artifact(spec: str) -> bool:
-    return spec.endswith(".tar") and Path(spec).is_file()
-
-
 def load_artifact(path: Path) -> Artifact:
     """Unpack and load a ``model.tar`` written by :func:`export_artifact`; one from another CPU or TVM is refused."""
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from rlcompile.export import export_command
 from rlcompile.manifest import GraphRecord, KernelRecord, LatencyRecord, LayerRecord, Manifest, Record
 from rlcompile.measure import DECISION_ROUNDS
 
@@ -52,6 +53,24 @@ def stage_lines(stages: dict[str, Record]) -> list[str]:
     return markdown_table(["stage", "decision", "wall s"], rows)
 
 
+def deploy_lines(output: Path, manifest: Manifest) -> list[str]:
+    """Which runtime the plan runs on and with what settings, how to export it, and what it gains."""
+    used = list(dict.fromkeys(segment["library"] for segment in manifest.segments))
+    latency = manifest.optimize.latency
+    settings = f"{manifest.threads} threads"
+    if used == ["openvino"]:
+        settings += ", latency hint, f32 precision"
+    elif used == ["ort"]:
+        settings += ", ORT_ENABLE_ALL"
+    noise = f" (identical sessions differed by {100 * latency.noise:.1f}%)" if latency.noise is not None else ""
+    return [f"The plan runs on {' + '.join(used)} ({len(manifest.segments)} segment(s), {settings}): "
+            f"{latency.speedup:.3f}x the faster of ONNX Runtime and OpenVINO native{noise}.", "",
+            f"Export it for the runtime you deploy on (written, then checked there in a fresh process): "
+            f"`{export_command(manifest, output)}`.", "",
+            f"Or run it as it is: `rlcompile run {output}` or "
+            f"`rlcompile.load({str(output)!r}).run(feeds)`."]  # fmt: skip
+
+
 def after_each_stage(latency: LatencyRecord) -> list[tuple[str, float]]:
     return [("original", latency.original_ms), ("+ graph", latency.after_graph_ms),
             ("+ kernel", latency.after_kernel_ms), ("+ layer (output)", latency.final_ms)]  # fmt: skip
@@ -81,7 +100,7 @@ def write_report(output: Path, manifest: Manifest) -> None:
     lines += markdown_table(["plan", "segments", "predicted ms", "measured ms"],
                             [[", ".join(c["labels"]), c["segments"], ms(c["predicted_ms"]), ms(c["measured_ms"])]
                              for c in manifest.selection["candidates"]])  # fmt: skip
-    lines += ["", f"Run it: `rlcompile run {output}` or `rlcompile.load({str(output)!r}).run(feeds)`.", ""]
+    lines += ["", "## Deploy", "", *deploy_lines(output, manifest), ""]
     (output / REPORT).write_text("\n".join(lines))
     plot(output / FIGURE, manifest)
 
