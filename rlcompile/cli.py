@@ -220,8 +220,13 @@ def command_tune(args: argparse.Namespace) -> int:
     with TuneProgress(stderr, title) as progress:
         states = tune(request, [progress], on_start=lambda tasks: stderr.print(
             f"tuning {len(tasks)} task(s) of {args.model} with {args.strategy}"))  # fmt: skip
-    stdout.print(tuning_table([state for state in states if state.budget], title))
-    unfunded = [state for state in states if not state.budget]
+    stdout.print(tuning_table([state for state in states if state.budget or state.skipped], title))
+    for state in states:
+        if state.skipped:
+            stderr.print(f"{state.task.label}: skipped, its design space cannot be built ({state.skipped}); it keeps "
+                         "TVM's default schedule and the other tasks were tuned", markup=False,
+                         highlight=False)  # fmt: skip
+    unfunded = [state for state in states if not state.budget and not state.skipped]
     if unfunded:
         stderr.print(f"{len(unfunded)} of {len(states)} tasks got no trials from --trials {args.trials} "
                      f"(they keep TVM's default schedules; the default budget is 32 per task)")  # fmt: skip

@@ -76,6 +76,8 @@ class KernelRecord(Record):
     best_ms: dict[str, float]
     wall_s: float = 0.0
     skipped: str | None = None
+    #: tasks whose design space TVM cannot build, with why (they keep TVM's default schedule)
+    skipped_tasks: dict[str, str] | None = None
 
 
 @dataclass

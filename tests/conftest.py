@@ -102,3 +102,32 @@ def garbage_file(tmp_path: Path) -> Path:
     path = tmp_path / "garbage.onnx"
     path.write_bytes(b"\x00\xffthis is not a protobuf at all\x13\x37" * 50)
     return path
+
+
+@pytest.fixture
+def unreplayable_task_model(tmp_path: Path) -> Path:
+    """Attention scores plus a mask (MatMul, then Add of Where(mask)), as a Hugging Face encoder exports them, and
+    a plain MatMul + Relu: TVM fuses the first into a task whose design space it cannot replay
+    (``reverse-compute-at``: the mask's producer is not under the matmul's loop); the second tunes."""
+    rng = np.random.default_rng(0)
+    heads, length, width = 2, 16, 8
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["scores"]),
+        helper.make_node("Cast", ["mask"], ["keep"], to=TensorProto.BOOL),
+        helper.make_node("Where", ["keep", "zero", "minus"], ["bias"]),
+        helper.make_node("Add", ["scores", "bias"], ["masked"]),
+        helper.make_node("MatMul", ["masked", "w"], ["projected"]),
+        helper.make_node("Relu", ["projected"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "masked_scores",
+        [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, heads, length, width]),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, heads, width, length]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, length])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, heads, length, 32])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+         numpy_helper.from_array(np.array(-1e4, np.float32), "minus"),
+         numpy_helper.from_array(rng.standard_normal((length, 32)).astype(np.float32), "w")],
+    )  # fmt: skip
+    return save(graph, tmp_path / "masked_scores.onnx")

@@ -147,11 +147,13 @@ class GraphRun:
     original_cost_ms: float = float("nan")
     #: the timing verdict; ``proto`` is the original graph when it says the rewrite is not faster
     verdict: Verdict | None = None
+    #: the rewritten graph did not run or disagreed even after cutting the rewrites: ``proto`` is the original
+    fell_back: bool = False
 
     @property
     def kept(self) -> bool:
         """Whether the returned graph is the rewrite (verified, and measured faster when timed)."""
-        return self.verdict.kept if self.verdict is not None else True
+        return self.verdict.kept if self.verdict is not None else not self.fell_back
 
     @property
     def speedup(self) -> float:
@@ -205,6 +207,13 @@ def optimize_graph(
         progress(Event("graph", f"rewrite {kept + 1} broke agreement; keeping the first {kept}"))
     proto = onnx_graph.to_proto(final)
     original_ms = optimized_ms = verdict = None
+    if not agreement.within():  # even the clean-up broke it: the original graph goes on, untouched
+        progress(Decision("graph", "the rewritten graph does not run or disagrees with the original: the original "
+                                   "graph goes on", False))  # fmt: skip
+        unchanged = Agreement(max_abs=0.0, max_rel=0.0)  # what is returned is the original itself
+        return GraphRun(model.name, request.agent, cleanup, result, 0, unchanged, None, None, model.proto,
+                        len(original.graph), len(original.graph), getattr(cost_model, "measured", 0),
+                        cost_model.graph_cost(original), fell_back=True)  # fmt: skip
     if request.timing is not None:
         progress(Phase("graph", "timing the original, the rewrite and a twin of the original in ONNX Runtime",
                        "measure"))  # fmt: skip
@@ -325,8 +334,17 @@ def search_rules(request: GraphRequest) -> list[rules.Rule]:
     return rules.all_rules(ids)
 
 
+#: What a graph that ONNX Runtime cannot load (or run) agrees with: nothing.
+UNRUNNABLE = Agreement(max_abs=float("inf"), max_rel=float("inf"))
+
+
 def agreement_of(model: ir.Model, reference: list[np.ndarray], feeds: dict[str, np.ndarray]) -> Agreement:
-    return compare_outputs(reference, run_proto(onnx_graph.to_proto(model), feeds))
+    """How ``model`` agrees with the reference outputs; :data:`UNRUNNABLE` when ONNX Runtime refuses it (a
+    rewrite that broke the graph is cut like one that changed its outputs)."""
+    try:
+        return compare_outputs(reference, run_proto(onnx_graph.to_proto(model), feeds))
+    except (RlcompileError, ValueError):
+        return UNRUNNABLE
 
 
 def verified(

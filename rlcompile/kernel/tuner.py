@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rlcompile.errors import BudgetError, RlcompileError
+from rlcompile.errors import BudgetError, RlcompileError, first_line
 from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel.cost_model import MIN_TRAINING_SAMPLES, KnobXGB
 from rlcompile.kernel.measurer import DEVICE_LOST, Measurement, Measurer
@@ -69,6 +69,9 @@ class TaskState:
     batch_bests: list[float] = field(default_factory=list)
     #: measurements of other tasks the cost model started from (``--warm-start``)
     warm_start_samples: int = 0
+    #: why the task cannot be tuned at all (its design space cannot be built or replayed); it keeps TVM's
+    #: default schedule and the other tasks are tuned
+    skipped: str | None = None
 
     @property
     def batches(self) -> int:
@@ -100,7 +103,7 @@ class TaskState:
             "search_seconds": self.strategy.stats.search_seconds, "measure_seconds": self.measure_seconds,
             "elapsed_seconds": self.elapsed_seconds, "search": self.strategy.stats.to_dict(),
             "exhausted": self.exhausted, "device_lost": self.device_lost, "batches": self.batches,
-            "warm_start_samples": self.warm_start_samples, "history": self.history,
+            "warm_start_samples": self.warm_start_samples, "skipped": self.skipped, "history": self.history,
         }  # fmt: skip
 
 
@@ -153,7 +156,8 @@ class Tuner:
     def run(self) -> list[TaskState]:
         journal = list(self.work_dir.journal())
         for state in self.states:
-            self.restore(state, [e for e in journal if e["task"] == state.task.workload_key])
+            entries = [e for e in journal if e["task"] == state.task.workload_key]
+            self.guarded(state, lambda state=state, entries=entries: self.restore(state, entries))
         while not self.out_of_time and (granted := self.scheduler.grant(self.states, self.total_trials,
                                                                         self.batch_size)):  # fmt: skip
             state, trials = granted
@@ -256,9 +260,21 @@ class Tuner:
         if seconds is not None:
             state.best_seconds = min(state.best_seconds, seconds)
 
+    def guarded(self, state: TaskState, step: Callable[[], None]) -> bool:
+        """Run ``step`` (building or replaying the task's design space); a task TVM cannot schedule is skipped
+        with the reason (the rest are tuned), never fatal. Whether the step ran."""
+        try:
+            step()
+        except Exception as error:  # TVM's ScheduleError and kin: one task's space, not the run
+            state.skipped, state.exhausted = first_line(error), True
+            self.notify(state)
+            return False
+        return True
+
     def run_batch(self, state: TaskState) -> None:
-        if state.context is None or state.strategy.context is None:
-            self.prepare(state)
+        if (state.context is None or state.strategy.context is None) and not self.guarded(
+                state, lambda: self.prepare(state)):  # fmt: skip
+            return
         started = time.perf_counter()
         proposals = state.strategy.propose(min(self.batch_size, state.budget - state.trials))
         if not proposals:

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError
-from rlcompile.events import Decision, Event, Listener, Phase, Reuse, Step
+from rlcompile.events import Event, Listener, Phase, Reuse, Step
 from rlcompile.layer.selection import Selection, select_segments
 from rlcompile.manifest import GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
@@ -164,11 +164,9 @@ class GraphStage:
                                seed=settings.seed, timing=settings.timing, threads=settings.threads,
                                checkpoint=checkpoint)  # fmt: skip
         run = optimize_graph(context.original, request, context.progress)
-        verdict = {"kept": False, "reason": "the rewritten graph disagrees with the original"}
-        if run.agreement.within() and run.verdict is not None:
+        verdict = {"kept": False, "reason": "the rewritten graph does not run or disagrees with the original"}
+        if run.verdict is not None and not run.fell_back:
             verdict = run.verdict.to_dict()
-        else:
-            context.progress(Decision("graph", verdict["reason"], False))
         record = GraphRecord(agent=settings.graph_agent, rewrites=run.kept_rewrites, cleanup=len(run.cleanup),
                              nodes_before=run.nodes_before, nodes_after=run.nodes_after,
                              agreement=run.agreement.to_dict(), search=run.result.summary(), **verdict)  # fmt: skip
@@ -264,7 +262,8 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
                         resumed_trials=sum(state.resumed for state in states),
                         failed_trials=sum(state.failures for state in states),
                         best_ms={state.task.label: state.best_seconds * 1e3 for state in tuned},
-                        wall_s=time.monotonic() - started)  # fmt: skip
+                        wall_s=time.monotonic() - started,
+                        skipped_tasks={s.task.label: s.skipped for s in states if s.skipped} or None)  # fmt: skip
 
 
 class LayerStage:

@@ -43,7 +43,9 @@ def stage_lines(stages: dict[str, Record]) -> list[str]:
         rows.append(["kernel", f"skipped: {kernel.skipped}", f"{kernel.wall_s:.0f}"])
     elif isinstance(kernel, KernelRecord):
         rows.append(["kernel", f"{kernel.strategy}: {kernel.trials} trials ({kernel.resumed_trials} resumed, "
-                     f"{kernel.failed_trials} failed), {kernel.tuned_tasks}/{kernel.tasks} tasks tuned",
+                     f"{kernel.failed_trials} failed), {kernel.tuned_tasks}/{kernel.tasks} tasks tuned"
+                     + (f"; skipped (no design space): {', '.join(kernel.skipped_tasks)}"
+                        if kernel.skipped_tasks else ""),
                      f"{kernel.wall_s:.0f}"])  # fmt: skip
     layer = stages["layer"]
     assert isinstance(layer, LayerRecord)

@@ -74,7 +74,8 @@ def tuning_table(states: Sequence, title: str) -> Table:
         best = f"{state.best_seconds * 1e3:.4f}" if state.valid else "-"
         table.add_row(
             state.task.label,
-            f"{state.trials}/{state.budget}" + (" (exhausted)" if state.exhausted else ""),
+            "skipped" if state.skipped else f"{state.trials}/{state.budget}"
+            + (" (exhausted)" if state.exhausted else ""),
             best,
             f"{state.gflops:.1f}" if state.gflops else "-",
             str(state.statuses["build_error"]),

@@ -78,3 +78,18 @@ def test_resume_on_a_cpu_of_the_same_name_but_other_extensions_is_refused(tmp_pa
     (tmp_path / "environment.json").write_text(json.dumps(environment))
     with pytest.raises(RlcompileError, match="avx512f"):
         WorkDir(tmp_path, "llvm")
+
+
+def test_a_task_whose_design_space_cannot_be_built_is_skipped_and_the_rest_tuned(unreplayable_task_model, tmp_path):
+    from rlcompile.kernel.tasks import extract_tasks
+    from rlcompile.models import load_model
+    from rlcompile.tvm_bridge import resolve_target
+
+    tasks = extract_tasks(load_model(str(unreplayable_task_model)), resolve_target("llvm"))
+    states = Tuner(tasks, lambda: strategies.create("random", seed=0), WorkDir(tmp_path, "llvm"),
+                   Measurer(tasks[0].target), trials=8 * len(tasks), batch_size=8).run()  # fmt: skip
+    skipped = [state for state in states if state.skipped]
+    assert len(skipped) == 1 and "where" in skipped[0].task.name and "reverse-compute-at" in skipped[0].skipped
+    assert skipped[0].trials == 0 and skipped[0].summary()["skipped"] == skipped[0].skipped
+    assert all(state.valid for state in states if not state.skipped)  # every other task was tuned
+    assert len(states) > 1

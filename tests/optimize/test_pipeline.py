@@ -96,3 +96,13 @@ def test_layer_only_on_a_dynamic_input_model(dynamic_conv_model: Path, tmp_path:
 
     expected = run_proto(load_model(str(dynamic_conv_model), {"x": (1, 3, 16, 16)}).proto, feeds)
     assert compare_outputs(expected, plan.run(feeds)).within()
+
+
+def test_optimize_skips_a_task_tvm_cannot_schedule_and_reports_it(unreplayable_task_model, tmp_path):
+    request = OptimizeRequest(str(unreplayable_task_model), tmp_path / "opt", budget_s=30.0,
+                              levels=("kernel", "layer"), settings=SETTINGS)  # fmt: skip
+    result = optimize(request)
+    kernel = result.manifest.optimize.stages["kernel"]
+    assert kernel.skipped_tasks and all("reverse-compute-at" in why for why in kernel.skipped_tasks.values())
+    assert kernel.tuned_tasks >= 1 and result.manifest.optimize.latency.agreement["max_rel"] < 1e-3
+    assert "skipped (no design space)" in (tmp_path / "opt" / "report.md").read_text()

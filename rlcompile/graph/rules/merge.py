@@ -31,7 +31,8 @@ def sibling_pairs(graph: ir.Graph, op_types: tuple[str, ...]) -> list[tuple[ir.N
     pairs = []
     for value in [*graph.inputs, *(output for node in graph for output in node.outputs)]:
         readers = sorted(
-            {node for node, index in value.uses() if index == 0 and node.op_type in op_types and node.domain == ""},
+            {node for node, index in value.uses()
+             if index == 0 and node.op_type in op_types and node.domain == "" and node.graph is graph},  # not subgraphs
             key=order.__getitem__,
         )
         pairs.extend(itertools.combinations(readers, 2))
