@@ -1,17 +1,19 @@
-"""Every command on ONNX models this project did not produce, as a new user would try them.
+"""Every command on every corpus model, as a new user would try them: no crash, no traceback, honest noise.
 
-    python benchmarks/real_world.py [--models ocr-cls,ocr-det,ocr-rec,ocr-cls-q,ocr-rec-q]
-                                    [--commands run,compare,tasks,tune,graph,select,optimize]
+    python benchmarks/real_world.py [--models hf:bert-minilm,cf:gated,ocr-det,...|all] [--families text,vision]
+                                    [--commands run,compare,tasks,graph,select,optimize]
                                     [--out results/real_world]
 
-Models: PaddleOCR's direction classifier, detector and recogniser shipped in the
-``rapidocr-onnxruntime`` wheel (dynamic inputs, fixed with ``--input-shape``), and dynamically quantised
-versions of the classifier and the recogniser made here with ONNX Runtime's ``quantize_dynamic``
-(ConvInteger, MatMulInteger, DynamicQuantizeLinear; their Constant weights are turned into initializers
-first, as the quantiser needs). Each command runs in its own process with small budgets; recorded per
-(model, command): exit status, wall seconds and the last line it printed. Exit 0 is success; exit 2
-must come with one line saying why (never a traceback). Results go to ``real_world.json`` as each
-command finishes; a re-run skips what is there.
+Models: the corpus (``rlcompile.models.corpus``: Hugging Face architectures exported by ``torch.onnx`` from
+their configs with random weights, control-flow models, the zoo, PaddleOCR's packaged models), built
+offline into the cache first (``transformers`` needed for the ``hf:`` ones), and dynamically quantised
+versions of two PaddleOCR models (``ocr-cls-q``, ``ocr-rec-q``; ONNX Runtime's ``quantize_dynamic``).
+Each command runs in its own process; recorded per (model, command): exit status, wall seconds, the
+line that says why (the error line, else the last line), whether a traceback was printed and, for
+``optimize``, the output's latency against the faster native library with the twins' noise. Expected
+outcomes: exit 0, or exit 2 with one line naming what is unsupported; a traceback or exit 1 is a bug.
+Results go to ``real_world.json`` as each command finishes (written in one step); a re-run skips what
+is there (``--redo`` runs the selected ones again).
 """
 
 from __future__ import annotations
@@ -27,22 +29,23 @@ import onnx
 from rich.console import Console
 from rich.table import Table
 
+from rlcompile import atomic
+from rlcompile.models import corpus
 from rlcompile.models.packaged import PACKAGED, packaged_path
 
-console = Console(width=200)
-#: name -> (the packaged model whose wheel file is run by path, quantised?)
-MODELS = {"ocr-cls": ("ocr-cls", False), "ocr-det": ("ocr-det", False), "ocr-rec": ("ocr-rec", False),
-          "ocr-cls-q": ("ocr-cls", True), "ocr-rec-q": ("ocr-rec", True)}  # fmt: skip
+console = Console(width=220)
+#: quantised copies of packaged models: name -> packaged model
+QUANTISED = {"ocr-cls-q": "ocr-cls", "ocr-rec-q": "ocr-rec"}
 #: command -> arguments after MODEL; {out} is this (model, command)'s output folder.
 COMMANDS = {
     "run": ["--quick"],
     "compare": ["--backends", "ort,tvm", "--quick"],
     "tasks": [],
-    "tune": ["--strategy", "random", "--trials", "8", "--batch-size", "8", "--tasks", "0", "--work-dir", "{out}"],
     "graph": ["--agent", "taso", "--time-limit", "60", "--quick", "-o", "{out}/graph.onnx"],
     "select": ["--agent", "qlearning", "--quick", "-o", "{out}/plan", "--table-dir", "{out}/tables"],
-    "optimize": ["--budget", "2m", "-o", "{out}/opt"],
+    "optimize": ["--quick", "-o", "{out}/opt", "--json", "{out}/optimize.json"],
 }
+TIMEOUT_S = 1200
 
 
 def quantised_copy(source: Path, folder: Path) -> Path:
@@ -70,53 +73,91 @@ def quantised_copy(source: Path, folder: Path) -> Path:
     return target
 
 
-def try_command(model: Path, shape: str, command: str, out: Path) -> dict:
+def model_specs(names: list[str], out: Path) -> dict[str, list[str]]:
+    """{name: the CLI's MODEL argument and shape flags}, building the corpus entries that are not built yet."""
+    entries = {entry.name: entry for entry in corpus.corpus()}
+    failures = corpus.build([entries[name] for name in names if name in entries], progress=console.log)
+    for name, why in failures.items():
+        console.log(f"[red]{name} cannot be built here: {why}[/red]")
+    specs = {}
+    for name in names:
+        if name in failures:
+            continue
+        if name in QUANTISED:
+            entry = PACKAGED[QUANTISED[name]]
+            (out / "models").mkdir(parents=True, exist_ok=True)
+            model = quantised_copy(packaged_path(QUANTISED[name]), out / "models")
+            specs[name] = [str(model), "--input-shape", entry.input_shape]
+        else:
+            specs[name] = [corpus.model_spec(entries[name])]
+    return specs
+
+
+def try_command(model: list[str], command: str, out: Path) -> dict:
     arguments = [part.format(out=out) for part in COMMANDS[command]]
-    argv = ["rlcompile", command, str(model), "--input-shape", shape, *arguments]
+    argv = ["rlcompile", command, model[0], *arguments, *model[1:]]
+    out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         status, output = done.returncode, (done.stdout + done.stderr)
     except subprocess.TimeoutExpired:
-        status, output = None, "timed out after 900 s"
+        status, output = None, f"timed out after {TIMEOUT_S} s"
     lines = [line for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("rlcompile: error:")]
-    return {"argv": argv, "status": status, "seconds": time.monotonic() - started,
-            "traceback": "Traceback" in output, "last_line": (errors or lines or [""])[-1][:300]}  # fmt: skip
+    row = {"argv": argv, "status": status, "seconds": time.monotonic() - started, "traceback": "Traceback" in output,
+           "last_line": (errors or lines or [""])[-1][:300]}  # fmt: skip
+    if command == "optimize" and (out / "optimize.json").exists():
+        latency = json.loads((out / "optimize.json").read_text())["optimize"]["latency"]
+        row |= {"speedup": latency["speedup"], "noise": latency["noise"], "final_ms": latency["final_ms"],
+                "budget_s": 240.0}  # fmt: skip
+    return row
+
+
+def selected_models(text: str, families: str | None) -> list[str]:
+    everything = [entry.name for entry in corpus.corpus()] + list(QUANTISED)
+    if families:
+        wanted = set(families.split(","))
+        everything = [entry.name for entry in corpus.corpus() if entry.family in wanted]
+    return everything if text == "all" else [name for name in text.split(",") if name]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default="all", help="comma-separated corpus names, or all")
+    parser.add_argument("--families", default=None, help="only these corpus families (text, vision, audio, ...)")
     parser.add_argument("--commands", default=",".join(COMMANDS))
     parser.add_argument("--out", type=Path, default=Path("results/real_world"))
+    parser.add_argument("--redo", action="store_true", help="run the selected (model, command) pairs again")
     args = parser.parse_args(argv)
-    (args.out / "models").mkdir(parents=True, exist_ok=True)
     path = args.out / "real_world.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
-    for name in args.models.split(","):
-        packaged, quantise = MODELS[name]
-        model, shape = packaged_path(packaged), PACKAGED[packaged].input_shape
-        if quantise:
-            model = quantised_copy(model, args.out / "models")
+    specs = model_specs(selected_models(args.models, args.families), args.out)
+    for name, model in specs.items():
         for command in args.commands.split(","):
             key = f"{name}/{command}"
-            if key in saved:
+            if key in saved and not args.redo:
                 continue
-            console.log(f"{key}")
-            saved[key] = try_command(model, shape, command, args.out / "runs" / name / command)
-            path.write_text(json.dumps(saved, indent=1))
-    report = Table(title="every command on models this project did not produce")
-    for column in ("model", "command", "exit", "s", "last line"):
-        report.add_column(column)
-    for key, row in saved.items():
-        name, command = key.split("/")
-        status = "timeout" if row["status"] is None else str(row["status"])
-        report.add_row(name, command, status + (" TRACEBACK" if row["traceback"] else ""), f"{row['seconds']:.0f}",
-                       row["last_line"])  # fmt: skip
-    console.print(report)
+            console.log(key)
+            saved[key] = try_command(model, command, args.out / "runs" / name.replace(":", "-") / command)
+            atomic.write_json(path, saved, indent=1)
+    console.print(outcome_table(saved))
     console.log(f"wrote {path}")
     return 0
+
+
+def outcome_table(saved: dict) -> Table:
+    table = Table(title="every command on the corpus: exit status, wall time, the line that says why")
+    for column in ("model", "command", "exit", "s", "optimize vs faster native (noise)", "line"):
+        table.add_column(column)
+    for key, row in saved.items():
+        name, command = key.rsplit("/", 1)
+        status = "timeout" if row["status"] is None else str(row["status"])
+        speed = (f"{row['speedup']:.3f}x ({100 * row['noise']:.1f}%)" if row.get("speedup") and row.get("noise")
+                 is not None else "")  # fmt: skip
+        table.add_row(name, command, status + (" TRACEBACK" if row["traceback"] else ""), f"{row['seconds']:.0f}",
+                      speed, row["last_line"])  # fmt: skip
+    return table
 
 
 if __name__ == "__main__":

@@ -48,10 +48,15 @@ def compare_outputs(reference: Sequence[np.ndarray], candidate: Sequence[np.ndar
             raise ValueError(f"output shape {actual.shape}, expected {expected.shape}")
         if expected.size == 0:
             continue
-        difference = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
-        # NaN or inf anywhere makes the outputs disagree (Python's max() would silently skip a NaN).
+        expected, actual = expected.astype(np.float64), actual.astype(np.float64)
+        # the same value in both (the same infinity included: masks are often -inf or the float minimum, and
+        # inf - inf is NaN) is no difference; NaN or inf left anywhere makes the outputs disagree
+        same = (expected == actual) | (np.isnan(expected) & np.isnan(actual))
+        with np.errstate(invalid="ignore", over="ignore"):
+            difference = np.where(same, 0.0, np.abs(actual - expected))
         largest_difference = float(np.max(difference)) if np.all(np.isfinite(difference)) else np.inf
-        scale = float(np.max(np.abs(expected.astype(np.float64))))
+        finite = np.abs(expected[np.isfinite(expected)])
+        scale = float(np.max(finite)) if finite.size else 0.0
         max_abs = max(max_abs, largest_difference)
         max_rel = max(max_rel, largest_difference / scale if scale > 0 else largest_difference)
     return Agreement(max_abs=max_abs, max_rel=max_rel)

@@ -43,3 +43,10 @@ def test_mismatched_structure_is_an_error() -> None:
         compare_outputs([np.ones(2)], [])
     with pytest.raises(ValueError):
         compare_outputs([np.ones(2)], [np.ones(3)])
+
+
+def test_the_same_infinities_agree_and_a_different_one_does_not() -> None:
+    mask = np.array([0.0, -np.inf, 2.0])  # an attention mask's -inf, as exporters write it
+    assert compare_outputs([mask], [mask.copy()]).within()
+    assert not compare_outputs([mask], [np.array([0.0, np.inf, 2.0])]).within()
+    assert compare_outputs([mask], [np.array([0.0, -np.inf, 2.0005])]).max_rel == pytest.approx(0.0005 / 2.0)

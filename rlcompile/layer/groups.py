@@ -45,6 +45,27 @@ class FusionGroup:
         return "+".join(self.op_types)
 
 
+def outer_scope_reads(node: onnx.NodeProto) -> list[str]:
+    """The values a node's subgraphs (``If`` branches, ``Loop``/``Scan`` bodies) read from the graph around
+    them: ONNX lets a subgraph use an outer value by name, without listing it as an input of the node."""
+    names: list[str] = []
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for graph in graphs:
+            local = {value.name for value in graph.input} | {init.name for init in graph.initializer}
+            for inner in graph.node:
+                for name in [*inner.input, *outer_scope_reads(inner)]:
+                    if name and name not in local and name not in names:
+                        names.append(name)
+                local.update(inner.output)
+    return names
+
+
+def reads(node: onnx.NodeProto) -> list[str]:
+    """Everything ``node`` reads: its inputs, then what its subgraphs read from outside them."""
+    return [*node.input, *(name for name in outer_scope_reads(node) if name not in node.input)]
+
+
 def node_names(graph: onnx.GraphProto) -> list[str]:
     """Each node's name, made unique and non-empty (exporters leave names empty or repeat them)."""
     seen: set[str] = set()
@@ -78,7 +99,7 @@ def fusion_groups(model: onnx.ModelProto) -> list[FusionGroup]:
     group_of_value: dict[str, int] = {}
     groups: list[FusionGroup] = []
     for node in graph.node:
-        inputs = [name for name in node.input if name and name in activations]
+        inputs = [name for name in reads(node) if name and name in activations]
         if not inputs:  # computed from constants only: folded, or pulled into the segment that needs it
             constants.update(node.output)
             continue
@@ -107,7 +128,7 @@ def link_groups(model: onnx.ModelProto, groups: list[FusionGroup], group_of_valu
         index = members.get(node.name)
         if index is None:
             continue
-        for name in node.input:
+        for name in reads(node):
             is_activation = name in group_of_value or name in model_inputs
             if is_activation and group_of_value.get(name) != index:
                 if name not in groups[index].inputs:

@@ -19,7 +19,7 @@ import onnx
 import onnx.utils
 
 from rlcompile import runtimes
-from rlcompile.layer.groups import FusionGroup
+from rlcompile.layer.groups import FusionGroup, outer_scope_reads
 from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
 
 
@@ -88,14 +88,42 @@ class SegmentExtractor:
         self.extractor = onnx.utils.Extractor(typed)
         self.opset_import = list(model.opset_import)
         self.ir_version = model.ir_version
+        self.initializers = {init.name: init for init in model.graph.initializer}
+        self.nodes = list(model.graph.node)
+        self.producer = {name: index for index, node in enumerate(self.nodes) for name in node.output}
 
     def extract(self, segment: Segment, name: str) -> onnx.ModelProto:
         proto = self.extractor.extract_model(segment.inputs, segment.outputs)
+        # onnx's extractor follows node inputs only: the weights an If/Loop body reads by outer-scope name
+        # are added here (without them ONNX Runtime refuses the segment)
+        self.add_outer_scope_constants(proto)
         proto.graph.name = name
         proto.ir_version = self.ir_version
         del proto.opset_import[:]
         proto.opset_import.extend(self.opset_import)
         return proto
+
+    def add_outer_scope_constants(self, proto: onnx.ModelProto) -> None:
+        """The weights and constant nodes that the segment's subgraphs read by outer-scope name."""
+        graph = proto.graph
+        available = ({init.name for init in graph.initializer} | {value.name for value in graph.input}
+                     | {name for node in graph.node for name in node.output})  # fmt: skip
+        missing = [name for node in graph.node for name in outer_scope_reads(node) if name not in available]
+        needed: set[int] = set()
+        while missing:
+            name = missing.pop()
+            if name in available:
+                continue
+            available.add(name)
+            if name in self.initializers:
+                graph.initializer.append(self.initializers[name])
+            elif name in self.producer:  # a Constant (or a node over constants) outside the segment
+                needed.add(self.producer[name])
+                missing.extend(self.nodes[self.producer[name]].input)
+        front = [self.nodes[index] for index in sorted(needed)]
+        rest = list(graph.node)
+        del graph.node[:]
+        graph.node.extend([*front, *rest])
 
     def attach(self, segments: Sequence[Segment], stem: str = "segment") -> None:
         """Give every segment its ONNX model."""

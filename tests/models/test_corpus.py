@@ -1,0 +1,64 @@
+"""The corpus of real architectures, and a slice of it small enough for CI through ``optimize``: a transformer
+with an attention mask, a detector, a Paddle export, and models with control flow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlcompile.cli import main
+from rlcompile.models import corpus
+from rlcompile.models.corpus import CorpusEntry, hf_text, hf_vision
+
+
+def test_the_corpus_has_25_architectures_besides_the_zoo_and_names_each_once():
+    entries = corpus.corpus()
+    assert len({entry.name for entry in entries}) == len(entries)
+    built = [entry for entry in entries if entry.build is not None]
+    assert len(built) >= 25 and {"text", "vision", "audio", "detection", "control-flow"} <= {e.family for e in built}
+    assert {"zoo", "packaged"} <= {entry.family for entry in entries}
+
+
+@pytest.fixture(scope="module")
+def slice_dir(tmp_path_factory) -> Path:
+    """Small members of the corpus' families, built offline here (CI cannot afford the full-size ones)."""
+    pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("corpus")
+    tiny = [CorpusEntry("ci:bert", "text", "BERT, 2 layers, hidden 64, attention mask and token types",
+                        hf_text("BertConfig", "BertModel", token_types=True, hidden_size=64, num_hidden_layers=2,
+                                num_attention_heads=2, intermediate_size=128, vocab_size=1000)),
+            CorpusEntry("ci:yolos", "detection", "YOLOS, 2 layers, hidden 64, 64x64 images",
+                        hf_vision("YolosConfig", "YolosModel", size=64, hidden_size=64, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=128, image_size=[64, 64],
+                                  num_detection_tokens=10)),
+            *corpus.CONTROL_FLOW_ENTRIES]  # fmt: skip
+    assert corpus.build(tiny, folder) == {}
+    return folder
+
+
+def optimize(model: str, output: Path, levels: str) -> dict:
+    argv = ["optimize", model, "-o", str(output), "--levels", levels, "--budget", "30s", "--threads", "2",
+            "--json", str(output.parent / f"{output.name}.json")]  # fmt: skip
+    assert main(argv) == 0
+    return json.loads((output.parent / f"{output.name}.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ci-bert", "ci-yolos", "ocr-cls"])
+def test_a_transformer_a_detector_and_a_paddle_export_go_through_optimize(slice_dir, tmp_path, name):
+    model = name if name == "ocr-cls" else str(slice_dir / f"{name}.onnx")
+    manifest = optimize(model, tmp_path / "opt", "kernel,layer")
+    latency = manifest["optimize"]["latency"]
+    assert latency["agreement"]["max_rel"] < 1e-3 and latency["final_ms"] > 0
+    assert set(manifest["optimize"]["stages"]) == {"kernel", "layer"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cf-gated", "cf-recurrent"])
+def test_models_with_control_flow_survive_the_graph_level(slice_dir, tmp_path, name):
+    model = str(slice_dir / f"{name}.onnx")
+    assert main(["graph", model, "--agent", "greedy", "--steps", "5", "--quick", "-o", str(tmp_path / "g.onnx")]) == 0
+    manifest = optimize(model, tmp_path / "opt", "graph,layer")
+    assert manifest["optimize"]["latency"]["agreement"]["max_rel"] < 1e-3
