@@ -1,0 +1,104 @@
+"""How far apart identical twins land in a contest, and what closes the gap.
+
+    python benchmarks/contest_noise.py [--models resnet18,hf:bert-minilm,...] [--repeats 3]
+                                       [--variants default,long-blocks,quiet,discard] [--out results/contest_noise]
+
+Per model: ONNX Runtime native twice and OpenVINO native twice (the layer stage's natives), timed in one
+contest as ``select`` times them (5 rounds of ``spread_over(DEFAULT, 5)`` blocks), ``--repeats`` times; the
+twins' spread |twin / original - 1| is the noise the contest would report. Variants:
+
+* ``default``: as the layer stage times them today;
+* ``long-blocks``: 0.7 s blocks (each contender runs longer per turn);
+* ``quiet``: every session's workers stop spinning after each run (``session.force_spinning_stop``), so a
+  contender's pool does not spin into the next one's turn.
+
+Writes ``contest_noise.json`` (every spread, with the environment) and prints the median and the worst
+spread per model and variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from rlcompile import atomic, runtimes
+from rlcompile.machine import environment
+from rlcompile.measure import DEFAULT, Contender, run_contest, spread_over
+from rlcompile.models import corpus, load_model
+from rlcompile.runtimes import RuntimeOptions
+
+console = Console(width=160)
+VARIANTS = ("default", "long-blocks", "quiet")
+
+
+def contenders(model, feeds: dict, threads: int, variant: str) -> list[Contender]:
+    exclusive = variant != "quiet"
+    ort, openvino = runtimes.create("ort"), runtimes.create("openvino")
+    options = RuntimeOptions(threads, exclusive=exclusive)
+    made = []
+    for label, runtime in (("ort", ort), ("openvino", openvino)):
+        original = model.compile(runtime, options).timer(feeds)
+        twin = model.compile(runtime, options).timer(feeds)
+        made += [Contender(label, original), Contender(f"{label} twin", twin, twin_of=label)]
+    return made
+
+
+def spreads(model_name: str, threads: int, variant: str, repeats: int) -> list[dict]:
+    entries = {entry.name: entry for entry in corpus.corpus()}
+    spec = corpus.model_spec(entries[model_name]) if model_name in entries else model_name
+    model = load_model(spec)
+    feeds = model.random_inputs(0)
+    timing = spread_over(DEFAULT, 5)
+    if variant == "long-blocks":
+        timing = replace(timing, min_time_s=0.7)
+    results = []
+    for _ in range(repeats):
+        standings = run_contest(contenders(model, feeds, threads, variant), timing, rounds=5)
+        medians = {label: stats.median_ms for label, stats in standings.stats.items()}
+        results.append({"ort": abs(medians["ort twin"] / medians["ort"] - 1),
+                        "openvino": abs(medians["openvino twin"] / medians["openvino"] - 1),
+                        "ort_ms": medians["ort"], "openvino_ms": medians["openvino"]})  # fmt: skip
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="resnet18,mobilenet_v2,hf:bert-minilm,hf:yolos,ocr-det")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("results/contest_noise"))
+    args = parser.parse_args(argv)
+    path = args.out / "contest_noise.json"
+    saved = json.loads(path.read_text()) if path.exists() else {"environment": environment(args.threads), "runs": {}}
+    for model_name in args.models.split(","):
+        for variant in args.variants.split(","):
+            key = f"{model_name}/{variant}"
+            if key in saved["runs"]:
+                continue
+            console.log(key)
+            saved["runs"][key] = spreads(model_name, args.threads, variant, args.repeats)
+            atomic.write_json(path, saved, indent=1)
+    table = Table(title="twins' spread in a contest (median / worst over repeats)")
+    for column in ("model", "variant", "ort twins", "openvino twins", "ort ms", "openvino ms"):
+        table.add_column(column)
+    for key, runs in saved["runs"].items():
+        model_name, variant = key.rsplit("/", 1)
+        cells = [f"{100 * np.median([r[k] for r in runs]):.1f}% / {100 * max(r[k] for r in runs):.1f}%"
+                 for k in ("ort", "openvino")]  # fmt: skip
+        table.add_row(model_name, variant, *cells, f"{np.median([r['ort_ms'] for r in runs]):.2f}",
+                      f"{np.median([r['openvino_ms'] for r in runs]):.2f}")  # fmt: skip
+    console.print(table)
+    console.log(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
