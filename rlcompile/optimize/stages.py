@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Protocol
 
 from rlcompile import atomic, runtimes
-from rlcompile.errors import ModelError
-from rlcompile.events import Event, Listener, Phase, Reuse, Step
+from rlcompile.errors import ModelError, RlcompileError, first_line
+from rlcompile.events import Decision, Event, Listener, Phase, Reuse, Step
 from rlcompile.layer.selection import Selection, select_segments
 from rlcompile.manifest import GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
@@ -163,7 +163,12 @@ class GraphStage:
         request = GraphRequest(agent=settings.graph_agent, max_steps=50, time_limit_s=max(limit_s, 1.0),
                                seed=settings.seed, timing=settings.timing, threads=settings.threads,
                                checkpoint=checkpoint)  # fmt: skip
-        run = optimize_graph(context.original, request, context.progress)
+        try:
+            run = optimize_graph(context.original, request, context.progress)
+        except RlcompileError:
+            raise  # the user's input (an agent's checkpoint, a budget): said in one line
+        except Exception as error:  # a rule that cannot handle this graph: the stage falls back to what it was given
+            return self.fell_back(context, started, limit_s, first_line(error))
         verdict = {"kept": False, "reason": "the rewritten graph does not run or disagrees with the original"}
         if run.verdict is not None and not run.fell_back:
             verdict = run.verdict.to_dict()
@@ -178,6 +183,17 @@ class GraphStage:
         record.wall_s = time.monotonic() - started
         context.graph_unused_s = max(0.0, limit_s - record.wall_s)
         return record
+
+    def fell_back(self, context: StageContext, started: float, limit_s: float, why: str) -> GraphRecord:
+        """The record of a search that failed on this graph: the original goes on, the failure is reported."""
+        reason = f"the graph level failed on this model ({why}): the original graph goes on"
+        context.progress(Decision("graph", f"graph: {reason}", False))
+        nodes = len(context.original.proto.graph.node)
+        wall_s = time.monotonic() - started
+        context.graph_unused_s = max(0.0, limit_s - wall_s)
+        return GraphRecord(agent=context.settings.graph_agent, rewrites=0, cleanup=0, nodes_before=nodes,
+                           nodes_after=nodes, agreement={"max_abs": 0.0, "max_rel": 0.0}, search={}, kept=False,
+                           reason=reason, wall_s=wall_s)  # fmt: skip
 
     def reuse(self, context: StageContext, record: GraphRecord) -> None:
         import onnx

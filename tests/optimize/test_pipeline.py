@@ -107,3 +107,24 @@ def test_optimize_skips_a_task_tvm_cannot_schedule_and_reports_it(unreplayable_t
     assert kernel.skipped_tasks and all("reverse-compute-at" in why for why in kernel.skipped_tasks.values())
     assert kernel.tuned_tasks >= 1 and result.manifest.optimize.latency.agreement["max_rel"] < 1e-3
     assert "skipped (no design space)" in (tmp_path / "opt" / "report.md").read_text()
+
+
+def test_a_graph_search_that_fails_on_a_model_falls_back_to_the_original(tmp_path, monkeypatch):
+    """A rule crashing on a graph it cannot handle (a fault the corpus found once; simulated here) must not end
+    the run: the stage says so and the original graph goes on."""
+    from rlcompile.events import Decision
+    from rlcompile.graph import api
+    from rlcompile.models import load_model
+    from rlcompile.optimize.budget import Budget
+    from rlcompile.optimize.stages import GraphStage, RunState, StageContext
+
+    def broken(*args, **kwargs):
+        raise KeyError("a node inside an If branch")
+
+    monkeypatch.setattr(api, "optimize_graph", broken)
+    model, events = load_model("lenet5"), []
+    context = StageContext(model, SETTINGS, Budget(60.0, ("graph", "layer")), tmp_path, RunState(tmp_path / "s.json"),
+                           events.append, ("graph", "layer"))  # fmt: skip
+    record = GraphStage().run(context)
+    assert not record.kept and "failed on this model" in record.reason and context.current is model
+    assert [event.kept for event in events if isinstance(event, Decision)] == [False]
