@@ -327,23 +327,34 @@ def select_segments(
         compile_candidates(grouped, candidates, created, threads, reference, progress)
     for candidate in candidates:
         candidate.predicted_ms = problem.total(problem.choices(candidate.assignment))
-    if baseline is not None:
-        candidates += baseline_candidates(baseline, grouped, created, threads, reference)
+    # the model as the user has it, run natively by ORT and OpenVINO, is always a candidate: a runtime that cannot
+    # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
+    candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
+                                      skip=natively_run(candidates, original))  # fmt: skip
     stats = time_candidates(grouped, candidates, natives, timing, progress)
     return Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
                      pick(candidates), stats, unavailable)  # fmt: skip
 
 
+def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:
+    """The runtimes whose candidate already is the original model run whole (a one-segment single-runtime plan)."""
+    return {c.engine.libraries[0] for c in candidates
+            if c.engine and len(c.engine.compiled) == 1 and c.engine.compiled[0].segment.proto is original.proto}
+
+
 def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, threads: int,
-                        reference: list[np.ndarray]) -> list[Candidate]:  # fmt: skip
-    """The user's original model run natively, as one-segment plans, by ONNX Runtime and OpenVINO."""
+                        reference: list[np.ndarray], rewritten: bool = True,
+                        skip: set[str] = frozenset()) -> list[Candidate]:  # fmt: skip
+    """The user's original model run natively, as one-segment plans, by ONNX Runtime and OpenVINO (except the
+    runtimes in ``skip``, whose candidate already is that)."""
     everything = list(range(len(grouped.groups)))
     candidates = []
     for name in (REFERENCE_RUNTIME, "openvino"):
-        if name not in created:
+        if name not in created or name in skip:
             continue
         segment = Segment(name, everything, list(grouped.inputs), list(grouped.outputs), baseline.proto)
-        candidate = Candidate([f"native:{name} (original graph)"], [name] * len(everything), float("nan"))
+        label = f"native:{name} (original graph)" if rewritten else f"native:{name}"
+        candidate = Candidate([label], [name] * len(everything), float("nan"))
         try:
             candidate.engine = SegmentEngine.compile([segment], grouped.inputs, grouped.outputs, threads, created)
             candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))

@@ -157,3 +157,11 @@ def test_measured_mixed_plans_teach_the_table_what_a_switch_costs():
     assert refined.names(exact(refined).plan) == {"g1": "a", "g2": "a"}
     single = Candidate(["single"], ["a", "a"], 2.0, measured=summarize([2.0]))
     assert fit_boundary_scale(refined, [single], 1.0) == scale  # single-library plans teach nothing about switches
+
+
+def test_the_original_model_run_whole_by_each_runtime_is_always_a_candidate(selection):
+    """A runtime whose single-runtime plan falls back to ONNX Runtime on some groups still competes with the whole
+    model run natively, so the output is never slower than the faster native library (found on a YOLOS export)."""
+    whole = {c.engine.libraries[0] for c in selection.candidates
+             if c.engine and len(c.engine.compiled) == 1 and c.engine.compiled[0].segment.proto is selection.model.proto}
+    assert {"ort", "openvino"} <= whole
