@@ -110,13 +110,9 @@ def read_manifest(plan_dir: Path) -> Manifest:
         raise RlcompileError(f"{plan_dir} is not an rlcompile plan directory: {first_line(error)}") from None
 
 
-def runtimes_of(manifest: Manifest) -> list[str]:
-    return list(dict.fromkeys(segment["library"] for segment in manifest.segments))
-
-
 def check_runs_alone(manifest: Manifest, target: str) -> None:
     """Refuse in one line, naming the runtimes the plan needs, when ``target``'s runtime cannot run it alone."""
-    used, count = runtimes_of(manifest), len(manifest.segments)
+    used, count = manifest.runtimes, len(manifest.segments)
     if target == "plan" or (used == [TARGET_RUNTIME[target]] and count == 1):
         return
     by_runtime = {runtime: name for name, runtime in TARGET_RUNTIME.items()}
@@ -128,7 +124,7 @@ def check_runs_alone(manifest: Manifest, target: str) -> None:
 
 def suggested_target(manifest: Manifest) -> str:
     """Where a plan deploys best: the runtime that runs it alone, or the plan directory itself."""
-    used = runtimes_of(manifest)
+    used = manifest.runtimes
     by_runtime = {runtime: name for name, runtime in TARGET_RUNTIME.items()}
     return by_runtime[used[0]] if len(manifest.segments) == 1 and used[0] in by_runtime else "plan"
 

@@ -169,6 +169,11 @@ class Manifest(Record):
         names = {item.name for item in fields(cls)} - {"optimize"}
         return cls(**{key: value for key, value in data.items() if key in names}, optimize=optimize)
 
+    @property
+    def runtimes(self) -> list[str]:
+        """The runtimes the plan's segments run on, in the order they first appear."""
+        return list(dict.fromkeys(segment["library"] for segment in self.segments))
+
     def save(self, directory: Path) -> Manifest:
         """Write ``directory/manifest.json`` in one step; returns this manifest, as the file holds it."""
         atomic.write_json(Path(directory) / MANIFEST, self.to_json(), indent=1)

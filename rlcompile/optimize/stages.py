@@ -27,7 +27,7 @@ from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.events import Decision, Event, Listener, Phase, Reuse, Step
 from rlcompile.layer.selection import Selection, select_segments
-from rlcompile.manifest import GraphRecord, KernelRecord, LayerRecord, Record
+from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.optimize.budget import Budget
@@ -134,7 +134,7 @@ def run_stage(stage: Stage, context: StageContext) -> Record:
     key = stage.key(context)
     saved = context.state.reuse(stage.name, key) if key is not None else None
     if saved is not None:
-        record = RECORDS[stage.name].from_json(saved)
+        record = STAGE_RECORDS[stage.name].from_json(saved)
         stage.reuse(context, record)
         return record
     record = stage.run(context)
@@ -315,7 +315,6 @@ class LayerStage:
         raise NotImplementedError
 
 
-RECORDS: dict[str, type[Record]] = {"graph": GraphRecord, "kernel": KernelRecord, "layer": LayerRecord}
 STAGES: dict[str, Stage] = {"graph": GraphStage(), "kernel": KernelStage(), "layer": LayerStage()}
 
 

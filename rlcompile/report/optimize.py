@@ -57,7 +57,7 @@ def stage_lines(stages: dict[str, Record]) -> list[str]:
 
 def deploy_lines(output: Path, manifest: Manifest) -> list[str]:
     """Which runtime the plan runs on and with what settings, how to export it, and what it gains."""
-    used = list(dict.fromkeys(segment["library"] for segment in manifest.segments))
+    used = manifest.runtimes
     latency = manifest.optimize.latency
     settings = f"{manifest.threads} threads"
     if used == ["openvino"]:
