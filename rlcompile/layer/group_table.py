@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,27 +155,36 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
 
 
 def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int, path: Path,
-                           progress: Listener = ignore) -> tuple[LookupTable, bool]:  # fmt: skip
-    """The stored table when there is one, else a fresh profile (saved). Returns (table, reused)."""
+                           progress: Listener = ignore,
+                           deadline: float | None = None) -> tuple[LookupTable, bool]:  # fmt: skip
+    """The stored table when there is one, else a fresh profile (saved). Returns (table, reused).
+
+    ``deadline`` (``time.monotonic()``): past it, the groups left are profiled on the default library only
+    (the others are then no option for them); such a cut-short table is used but not saved as complete, so
+    the next run resumes the profile from its checkpoint.
+    """
     if (stored := read_table(path, progress)) is not None:
         return stored, True
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    table = profile_groups(grouped, created, threads, progress, checkpoint=partial)
-    save_table(table, path)
-    partial.unlink(missing_ok=True)
+    table = profile_groups(grouped, created, threads, progress, checkpoint=partial, deadline=deadline)
+    if not table.notes.get("cut_short"):
+        save_table(table, path)
+        partial.unlink(missing_ok=True)
     return table, False
 
 
 def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int,
                    progress: Listener = ignore, timing: MeasureConfig = LAYER_TIMING,
-                   checkpoint: Path | None = None) -> LookupTable:  # fmt: skip
+                   checkpoint: Path | None = None, deadline: float | None = None) -> LookupTable:  # fmt: skip
     """Standalone group times, boundary costs, then the calibration on single-library plans.
 
     With ``checkpoint``, every profiled group is saved there at once and reused by the next run, so an
     interrupted profile resumes at the group where it stopped.
     """
-    standalone, rejected = time_groups(grouped, created, threads, progress, timing, checkpoint)
+    standalone, rejected = time_groups(grouped, created, threads, progress, timing, checkpoint, deadline)
+    cut = [group.name for group in grouped.groups if set(standalone[group.name]) | set(rejected.get(group.name, {}))
+           < set(created)]  # fmt: skip
     edges = group_edges(grouped)
     progress(Phase("layer", f"measuring boundary costs between {', '.join(created)}", "boundaries"))
     conversions = time_boundaries(edges, created, threads)
@@ -182,6 +192,8 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
                         rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
     calibrate(table, grouped, created, threads, progress)
+    if cut:
+        table.notes["cut_short"] = len(cut)
     return table
 
 
@@ -198,8 +210,11 @@ def write_checkpoint(path: Path | None, standalone: dict, rejected: dict) -> Non
         atomic.write_json(path, {"standalone": standalone, "rejected": rejected})
 
 
-def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | None = None) -> tuple[dict, dict]:
-    """{group: {library: standalone ms}} and {group: {library: why not}}."""
+def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | None = None,
+                deadline: float | None = None) -> tuple[dict, dict]:  # fmt: skip
+    """{group: {library: standalone ms}} and {group: {library: why not}}; past ``deadline``, the default
+    library only (the checkpoint keeps what was measured, so a later run completes the profile)."""
+    cut_at = None
     extractor = grouped.extractor
     standalone, rejected = read_checkpoint(checkpoint)
     if standalone:
@@ -215,8 +230,13 @@ def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | 
         nodes = [node for node in proto.graph.node if node.name in members]
         inputs = [grouped.examples[name] for name in group.inputs]
         expected = [grouped.examples[name] for name in group.outputs]
+        if cut_at is None and deadline is not None and time.monotonic() > deadline:
+            cut_at = index
+            progress(Event("layer", f"the layer stage's profiling time is spent: groups {index + 1}-"
+                           f"{len(grouped.groups)} are profiled on {REFERENCE_RUNTIME} only"))  # fmt: skip
         standalone[group.name] = {}
-        for name, library in created.items():
+        libraries = created if cut_at is None else {REFERENCE_RUNTIME: created[REFERENCE_RUNTIME]}
+        for name, library in libraries.items():
             ms, reason = time_group(library, proto, nodes, inputs, expected, threads, timing)
             if reason is None:
                 standalone[group.name][name] = ms
@@ -225,7 +245,8 @@ def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | 
         if REFERENCE_RUNTIME not in standalone[group.name]:
             why = rejected.get(group.name, {}).get(REFERENCE_RUNTIME, "?")
             raise ModelError(f"ONNX Runtime cannot run group {group.name} on its own: {why}")
-        write_checkpoint(checkpoint, standalone, rejected)
+        if cut_at is None:
+            write_checkpoint(checkpoint, standalone, rejected)
     count = len(grouped.groups)
     progress(Step("layer", f"profiled {count} groups", count, count, "groups profiled"))
     return standalone, rejected

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -63,6 +64,9 @@ SINGLE = "single:"
 BOUNDARY_SCALE_RANGE = (1.0, 20.0)
 #: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
 ROUNDS = DECISION_ROUNDS
+#: With a deadline, the share of the time left after grouping kept for compiling, checking and timing the
+#: candidates; the profile gets the rest.
+FINAL_SHARE = 0.4
 
 
 @dataclass
@@ -292,6 +296,7 @@ def select_segments(
     progress: Listener = ignore,
     baseline: LoadedModel | None = None,
     mixed: bool = True,
+    deadline: float | None = None,
     **solver_options: object,
 ) -> Selection:
     """Choose a library per fusion group; run, verify and time the candidates; keep the fastest.
@@ -301,6 +306,8 @@ def select_segments(
     baseline's, and the baseline run natively by each library joins the candidates, so the result is
     never slower than what the user had, whatever the rewrite does to one library.
     ``mixed=False``: only single-library plans are candidates (no library switches).
+    ``deadline`` (``time.monotonic()``): the profile stops adding libraries when :data:`FINAL_SHARE` of the
+    time left is what remains, and the refining probe is skipped past it; the final contest always runs.
     """
     solver = solvers.create(agent, **solver_options)
     created, unavailable = create_libraries(library_names or runtimes.parse(None, tuning_db is not None), tuning_db)
@@ -309,7 +316,8 @@ def select_segments(
     progress(Phase("layer", "folding batch norms, forming fusion groups, reading activations", "group"))
     grouped = group_model(model, seed)
     path = table_file(model, list(created), threads, table_dir, tuning_db)
-    table, reused = load_or_profile_groups(grouped, created, threads, path, progress)
+    profile_deadline = None if deadline is None else deadline - FINAL_SHARE * max(0.0, deadline - time.monotonic())
+    table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline)
     progress(Reuse("layer", f"reused the lookup table {path}", "table") if reused
              else Event("layer", f"wrote the lookup table {path}"))  # fmt: skip
     problem = SelectionProblem(table)
@@ -320,7 +328,8 @@ def select_segments(
     reference = run_proto(original.proto, grouped.feeds)
     compile_candidates(grouped, candidates, created, threads, reference, progress)
     natives = native_timers(original, grouped.feeds, threads, created)
-    if any(is_mixed(c) and c.engine for c in candidates):
+    in_time = deadline is None or time.monotonic() < deadline
+    if in_time and any(is_mixed(c) and c.engine for c in candidates):
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress)  # fmt: skip
         save_table(problem.table, path)

@@ -1,11 +1,13 @@
 """How ``optimize`` spends its wall-time budget across the levels.
 
 The rule, stated once: each level chosen gets its share of the budget (:data:`SHARES`, renormalised
-over the levels asked for). The graph level's share is its search time limit. Time the graph level
-did not use passes to the kernel level, which always has more to tune; the kernel level stops at the
-first batch boundary past its deadline. The layer level's share is not a hard limit: its profile is a
-fixed amount of work per fusion group and library (resumable, cached), and its final measurement
-must not be cut short, so its wall time is reported rather than enforced.
+over the levels asked for). The graph level's search gets :data:`GRAPH_SEARCH_SHARE` of the graph
+share; checking and judging its rewrite take the rest. Time the graph level did not use passes to the
+kernel level, which always has more to tune, and time it overran is taken from it; the kernel level
+stops at the first batch boundary past its deadline. The layer level's share is its deadline: its
+profile adds libraries per fusion group until the time for it is spent (the default library profiles
+the rest, and the profile resumes in a later run), the refining probe is skipped past the deadline,
+and the final contest, which must not be cut short, always runs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from rlcompile.errors import RlcompileError
 
 LEVELS = ("graph", "kernel", "layer")
 SHARES = {"graph": 0.15, "kernel": 0.50, "layer": 0.35}
+#: The graph search's part of the graph share (verifying and judging the rewrite take the rest).
+GRAPH_SEARCH_SHARE = 0.6
 #: ``--quick``: a few minutes on a zoo CNN on 2 cores.
 QUICK_BUDGET_S = 240.0
 DEFAULT_BUDGET_S = 1200.0

@@ -30,7 +30,7 @@ from rlcompile.layer.selection import Selection, select_segments
 from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
-from rlcompile.optimize.budget import Budget
+from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, Budget
 from rlcompile.plan import fingerprint
 
 GRAPH_FILE = "graph.onnx"
@@ -100,7 +100,8 @@ class StageContext:
     levels: tuple[str, ...]
     #: the graph that goes on (the graph stage's rewrite when it was kept)
     current: LoadedModel = field(init=False)
-    #: seconds the graph stage left of its share (the kernel stage gets them)
+    #: seconds the graph stage left of its share (the kernel stage gets them; negative: it overran, the kernel
+    #: stage gives them back)
     graph_unused_s: float = 0.0
     #: the kernel stage's work directory, when it tuned anything
     tuning_db: Path | None = None
@@ -160,7 +161,8 @@ class GraphStage:
         context.progress(Phase("graph", f"graph: {settings.graph_agent} searches rewrites for up to {limit_s:.0f} s",
                                "search"))  # fmt: skip
         checkpoint = context.work / f"graph-ppo-seed{settings.seed}.pt" if settings.graph_agent == "ppo" else None
-        request = GraphRequest(agent=settings.graph_agent, max_steps=50, time_limit_s=max(limit_s, 1.0),
+        request = GraphRequest(agent=settings.graph_agent, max_steps=50,
+                               time_limit_s=max(limit_s * GRAPH_SEARCH_SHARE, 1.0),
                                seed=settings.seed, timing=settings.timing, threads=settings.threads,
                                checkpoint=checkpoint)  # fmt: skip
         try:
@@ -181,7 +183,7 @@ class GraphStage:
             onnx.save(run.proto, str(context.work / GRAPH_FILE))
             context.current = rewritten(context.original, run.proto)
         record.wall_s = time.monotonic() - started
-        context.graph_unused_s = max(0.0, limit_s - record.wall_s)
+        context.graph_unused_s = limit_s - record.wall_s
         return record
 
     def fell_back(self, context: StageContext, started: float, limit_s: float, why: str) -> GraphRecord:
@@ -190,7 +192,7 @@ class GraphStage:
         context.progress(Decision("graph", f"graph: {reason}", False))
         nodes = len(context.original.proto.graph.node)
         wall_s = time.monotonic() - started
-        context.graph_unused_s = max(0.0, limit_s - wall_s)
+        context.graph_unused_s = limit_s - wall_s
         return GraphRecord(agent=context.settings.graph_agent, rewrites=0, cleanup=0, nodes_before=nodes,
                            nodes_after=nodes, agreement={"max_abs": 0.0, "max_rel": 0.0}, search={}, kept=False,
                            reason=reason, wall_s=wall_s)  # fmt: skip
@@ -204,7 +206,7 @@ class GraphStage:
             context.current = rewritten(context.original, onnx.load(str(context.work / GRAPH_FILE)))
         else:
             record.reused = True
-        context.graph_unused_s = max(0.0, context.budget.share_s("graph") - record.wall_s)
+        context.graph_unused_s = context.budget.share_s("graph") - record.wall_s
 
 
 def rewritten(original: LoadedModel, proto) -> LoadedModel:
@@ -305,7 +307,7 @@ class LayerStage:
         baseline = context.original if context.current is not context.original else None
         selection = select_segments(context.current, settings.layer_agent, settings.seed, settings.threads, names,
                                     context.tuning_db, table_dir, settings.timing, context.progress, mixed=mixed,
-                                    baseline=baseline)  # fmt: skip
+                                    baseline=baseline, deadline=started + context.budget.share_s("layer"))  # fmt: skip
         context.selection = selection
         return LayerRecord(agent=settings.layer_agent, libraries=names, unavailable=selection.unavailable,
                            chosen=selection.chosen.labels, segments=selection.chosen.segments,

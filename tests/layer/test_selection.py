@@ -137,6 +137,24 @@ def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: 
     assert not path.with_name(path.name + ".partial").exists()
 
 
+def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_not_saved(tmp_path: Path):
+    import time
+
+    from rlcompile import runtimes
+    from rlcompile.layer.group_table import group_model, load_or_profile_groups
+
+    grouped = group_model(load_model("lenet5"))
+    created = {"ort": runtimes.create("ort"), "openvino": runtimes.create("openvino")}
+    path = tmp_path / "table.json"
+    events: list[Event] = []
+    table, reused = load_or_profile_groups(grouped, created, 1, path, events.append, deadline=time.monotonic())
+    assert not reused and table.notes["cut_short"] == len(grouped.groups)
+    assert all(set(options) == {"ort"} for options in table.options.values())
+    assert not path.exists()  # the next run, with time, profiles every library
+    table, _ = load_or_profile_groups(grouped, created, 1, path)
+    assert path.exists() and all(set(options) == {"ort", "openvino"} for options in table.options.values())
+
+
 def test_measured_mixed_plans_teach_the_table_what_a_switch_costs():
     from rlcompile.layer.problem import SelectionProblem, exact
     from rlcompile.layer.selection import fit_boundary_scale

@@ -68,7 +68,8 @@ def test_the_output_is_the_fastest_measured_plan_and_never_an_untuned_kernel(int
     assert selection.noise is not None
     latency = result.manifest["optimize"]["latency"]
     assert latency["final_ms"] == pytest.approx(selection.chosen.measured.median_ms)
-    assert latency["after_graph_ms"] <= latency["original_ms"] + 1e-9
+    # a rewrite kept by the graph stage's own contest may land anywhere within this contest's noise
+    assert latency["after_graph_ms"] <= latency["original_ms"] * (1 + TIE_BAND + selection.noise) + 1e-9
     for candidate in selection.candidates:  # every TVM segment that ran had all its kernels tuned
         if candidate.engine and "tvm" in candidate.engine.libraries:
             assert candidate.agreement.within()
