@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -94,8 +95,10 @@ def model_specs(names: list[str], out: Path) -> dict[str, list[str]]:
 
 
 def try_command(model: list[str], command: str, out: Path) -> dict:
+    """Run one command in a fresh output folder (a finished output is never reused) and describe how it went."""
     arguments = [part.format(out=out) for part in COMMANDS[command]]
     argv = ["rlcompile", command, model[0], *arguments, *model[1:]]
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
@@ -108,9 +111,11 @@ def try_command(model: list[str], command: str, out: Path) -> dict:
     row = {"argv": argv, "status": status, "seconds": time.monotonic() - started, "traceback": "Traceback" in output,
            "last_line": (errors or lines or [""])[-1][:300]}  # fmt: skip
     if command == "optimize" and (out / "optimize.json").exists():
-        latency = json.loads((out / "optimize.json").read_text())["optimize"]["latency"]
+        optimize = json.loads((out / "optimize.json").read_text())["optimize"]
+        latency = optimize["latency"]
+        stages = {name: stage.get("wall_s") for name, stage in optimize["stages"].items()}
         row |= {"speedup": latency["speedup"], "noise": latency["noise"], "final_ms": latency["final_ms"],
-                "budget_s": 240.0}  # fmt: skip
+                "budget_s": 240.0, "stages_s": stages}  # fmt: skip
     return row
 
 

@@ -183,7 +183,8 @@ def write_openvino(segment: onnx.ModelProto, manifest: Manifest, output: Path) -
 
     model = ov.Core().read_model(segment.SerializeToString())
     ov.save_model(model, str(output / "model.xml"), compress_to_fp16=False)  # exactly the weights measured
-    config = openvino_config(RuntimeOptions(manifest.threads, exclusive=True))
+    precision = manifest.segments[0].get("precision", "fp32")
+    config = openvino_config(RuntimeOptions(manifest.threads, exclusive=True, precision=precision))
     (output / "openvino.json").write_text(json.dumps(config, indent=1))
     write_readme(output, "openvino", snippet("openvino"), ["model.xml", "model.bin", "openvino.json"])
     return ["model.xml", "model.bin", "openvino.json", README]

@@ -63,23 +63,38 @@ VECTOR_FLAGS = ("amx_tile", "avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fm
 
 
 @functools.cache
+def cpu_fields() -> dict[str, str]:
+    """The first processor's entries in /proc/cpuinfo (they describe them all); empty where there is none."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``avx512_bf16``, ``amx_tile``, ``avx512_vnni`` ...): what is detected, never assumed."""
+    fields = cpu_fields()
+    return frozenset((fields.get("flags") or fields.get("Features") or "").split())
+
+
+@functools.cache
 def cpu_signature() -> str:
     """What tells apart CPUs that share a marketing name (every EPYC under KVM is "AMD EPYC"): vendor,
     family, model and stepping, and the vector extensions present, e.g. ``AuthenticAMD 25/1/1 avx2 fma avx``.
 
     A Zen 5 and a Zen 3 both report "AMD EPYC"; only this shows that one has AVX-512 and the other not.
     """
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if not line.strip():
-                    break  # the first processor describes them all
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
+    fields = cpu_fields()
+    if not fields:
         return f"{platform.machine()} {platform.processor()}".strip()
-    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    flags = cpu_flags()
     ident = "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping"))
     vendor = fields.get("vendor_id") or fields.get("CPU implementer") or platform.machine()
     return " ".join([vendor, ident, *(flag for flag in VECTOR_FLAGS if flag in flags)])

@@ -98,7 +98,8 @@ def save_segment(item: CompiledSegment, folder: Path, index: int) -> dict:
     onnx.save(segment.proto, str(stem.with_suffix(".onnx")))
     files = runtimes.create(segment.library).save(item.runner, stem)
     return {"library": segment.library, "onnx": f"segments/{stem.name}.onnx", "files": files,
-            "groups": segment.groups, "inputs": segment.inputs, "outputs": segment.outputs}  # fmt: skip
+            "groups": segment.groups, "inputs": segment.inputs, "outputs": segment.outputs,
+            "precision": segment.precision}  # fmt: skip
 
 
 @dataclass
@@ -151,11 +152,12 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
     check_machine(manifest, path)
     threads = threads or manifest.threads
     compiled = []
-    options = RuntimeOptions(threads, exclusive=len(manifest.segments) == 1)
     for entry in manifest.segments:
         onnx_path = path / entry["onnx"]
         proto = onnx.load(str(onnx_path))
-        segment = Segment(entry["library"], entry["groups"], entry["inputs"], entry["outputs"], proto)
+        precision = entry.get("precision", "fp32")
+        segment = Segment(entry["library"], entry["groups"], entry["inputs"], entry["outputs"], proto, precision)
+        options = RuntimeOptions(threads, exclusive=len(manifest.segments) == 1, precision=precision)
         runtime = runtimes.create(entry["library"])
         runner = runtime.load(proto, onnx_path.with_suffix(""), entry["files"], options)
         compiled.append(CompiledSegment(segment, runner, 0.0))

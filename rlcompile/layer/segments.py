@@ -30,6 +30,8 @@ class Segment:
     inputs: list[str]
     outputs: list[str]
     proto: onnx.ModelProto | None = field(default=None, repr=False)
+    #: the float precision the library computes it in (its int8 parts, if any, are QDQ nodes in ``proto``)
+    precision: str = "fp32"
 
 
 def cut_segments(groups: Sequence[FusionGroup], assignment: Sequence[str],
@@ -155,8 +157,8 @@ class SegmentEngine:
                 created: Mapping[str, Runtime] | None = None) -> SegmentEngine:  # fmt: skip
         """Compile every segment with its runtime (``created`` maps names to configured runtimes)."""
         compiled = []
-        options = RuntimeOptions(threads, exclusive=len(segments) == 1)
         for segment in segments:
+            options = RuntimeOptions(threads, exclusive=len(segments) == 1, precision=segment.precision)
             runtime = (created or {}).get(segment.library) or runtimes.create(segment.library)
             started = time.perf_counter()
             runner = runtime.compile(segment.proto, options)

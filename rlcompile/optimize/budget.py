@@ -19,6 +19,8 @@ from rlcompile.errors import RlcompileError
 
 LEVELS = ("graph", "kernel", "layer")
 SHARES = {"graph": 0.15, "kernel": 0.50, "layer": 0.35}
+#: Kept aside for writing the plan directory and its report after the stages.
+WRITE_SHARE = 0.03
 #: The graph search's part of the graph share (verifying and judging the rewrite take the rest).
 GRAPH_SEARCH_SHARE = 0.6
 #: ``--quick``: a few minutes on a zoo CNN on 2 cores.
@@ -51,11 +53,16 @@ class Budget:
     total_s: float
     levels: tuple[str, ...]
 
+    @property
+    def usable_s(self) -> float:
+        """The seconds the stages may use: the budget less what writing the plan and its report takes."""
+        return self.total_s * (1 - WRITE_SHARE)
+
     def share_s(self, level: str) -> float:
         """The seconds ``level`` is given (0 when it is not chosen)."""
         if level not in self.levels:
             return 0.0
-        return self.total_s * SHARES[level] / sum(SHARES[name] for name in self.levels)
+        return self.usable_s * SHARES[level] / sum(SHARES[name] for name in self.levels)
 
     def to_dict(self) -> dict:
         return {"total_s": self.total_s, "shares_s": {level: self.share_s(level) for level in self.levels}}

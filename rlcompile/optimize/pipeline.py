@@ -10,8 +10,9 @@ time it has left, the layer level resumes its profile at the group where it stop
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlcompile.errors import RlcompileError
@@ -27,6 +28,29 @@ from rlcompile.plan import fingerprint, is_plan_dir, write_plan
 
 WORK = "work"
 STATE = "state.json"
+#: every event of every run into this output, one JSON line each with its time since the run began
+EVENTS = "events.jsonl"
+
+
+class EventJournal:
+    """A listener that passes events on and appends each to a JSON-lines file, with the seconds since the run
+    began: where the time of a run went, read after it ended (appended to, so a resumed run adds its own)."""
+
+    def __init__(self, path: Path, started: float, listener: Listener) -> None:
+        self.path, self.started, self.listener = path, started, listener
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = self.path.open("a", encoding="utf-8")
+        self.file.write(json.dumps({"t": 0.0, "kind": "Start", "stage": "optimize", "text": "run started"}) + "\n")
+
+    def __call__(self, event: Event) -> None:
+        entry = {"t": round(time.monotonic() - self.started, 3), "kind": type(event).__name__,
+                 **{key: value for key, value in asdict(event).items() if value not in (None, "", 0)}}  # fmt: skip
+        self.file.write(json.dumps(entry, default=str) + "\n")
+        self.file.flush()
+        self.listener(event)
+
+    def close(self) -> None:
+        self.file.close()
 
 
 @dataclass
@@ -83,9 +107,13 @@ def run_stages(request: OptimizeRequest, model: LoadedModel, key: dict, started:
     """The stages of :func:`optimize`, with the output directory locked against a second process."""
     output, work = Path(request.output), Path(request.output) / WORK
     work.mkdir(parents=True, exist_ok=True)
-    context = StageContext(model, request.settings, request.budget, work, RunState(work / STATE), progress,
-                           tuple(request.levels))  # fmt: skip
-    records = {stage.name: run_stage(stage, context) for stage in stages_for(tuple(request.levels))}
+    journal = EventJournal(work / EVENTS, started, progress)
+    context = StageContext(model, request.settings, request.budget, work, RunState(work / STATE), journal,
+                           tuple(request.levels), deadline=started + request.budget.usable_s)  # fmt: skip
+    try:
+        records = {stage.name: run_stage(stage, context) for stage in stages_for(tuple(request.levels))}
+    finally:
+        journal.close()
     selection = context.selection
     record = OptimizeRecord(key, describe(request), request.budget.to_dict(), records,
                             stage_latencies(selection, records), time.monotonic() - started)  # fmt: skip

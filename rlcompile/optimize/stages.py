@@ -107,6 +107,8 @@ class StageContext:
     tuning_db: Path | None = None
     kernel_trials: int = 0
     selection: Selection | None = None
+    #: when the stages must be done (``time.monotonic()``): the layer stage, last, ends by it
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         self.current = self.original
@@ -307,11 +309,16 @@ class LayerStage:
         baseline = context.original if context.current is not context.original else None
         selection = select_segments(context.current, settings.layer_agent, settings.seed, settings.threads, names,
                                     context.tuning_db, table_dir, settings.timing, context.progress, mixed=mixed,
-                                    baseline=baseline, deadline=started + context.budget.share_s("layer"))  # fmt: skip
+                                    baseline=baseline, deadline=self.deadline(context, started))  # fmt: skip
         context.selection = selection
         return LayerRecord(agent=settings.layer_agent, libraries=names, unavailable=selection.unavailable,
                            chosen=selection.chosen.labels, segments=selection.chosen.segments,
                            library_mix=selection.chosen.library_mix(), wall_s=time.monotonic() - started)  # fmt: skip
+
+    @staticmethod
+    def deadline(context: StageContext, started: float) -> float:
+        """The run's deadline (so an overrun of an earlier stage is taken from this one), else its share."""
+        return context.deadline if context.deadline is not None else started + context.budget.share_s("layer")
 
     def reuse(self, context: StageContext, record: Record) -> None:  # never reused: key() is None
         raise NotImplementedError

@@ -26,8 +26,10 @@ from rlcompile.errors import RlcompileError
 from rlcompile.machine import host_cores
 
 Feeds = Mapping[str, np.ndarray]
-#: The precisions a runtime may be asked for; only fp32 exists so far (the others are refused in one line).
-PRECISIONS = ("fp32",)
+#: The float precisions a runtime may be asked for: ``fp32`` (exact as the model says) and ``bf16`` (float
+#: arithmetic in bfloat16, on CPUs with AVX512-BF16 or AMX). int8 is not an option but part of the model:
+#: QDQ nodes that every runtime honours per node.
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class RuntimeOptions:
     ``exclusive``: the model runs alone (a native run, or a plan of one segment), so the runtime keeps
     its own idle-thread policy (spinning between runs is then free latency) instead of yielding the
     cores after each call to the next segment's library.
-    ``precision``: how exactly to compute; ``fp32`` is exact as the model says.
+    ``precision``: how exactly to compute float arithmetic; ``fp32`` is exact as the model says, ``bf16``
+    only where the runtime offers it (:meth:`Runtime.precisions`).
     """
 
     threads: int | None = None
@@ -102,6 +105,16 @@ class Runtime(ABC):
     def supports(self, nodes: Sequence[onnx.NodeProto]) -> bool:
         """Whether this runtime can run all of ``nodes`` (the default runs any operator)."""
         return True
+
+    def precisions(self) -> dict[str, str | None]:
+        """{precision: why it cannot be used here (``None`` when it can)} for each of :data:`PRECISIONS`."""
+        return {"fp32": None, "bf16": f"{self.name} computes float arithmetic in fp32 only"}
+
+    def check_precision(self, options: RuntimeOptions) -> None:
+        """Refuse (one line) options whose precision this runtime cannot give on this machine."""
+        why = self.precisions().get(options.precision)
+        if why is not None:
+            raise RlcompileError(f"{options.precision} with {self.name}: {why}")
 
     @abstractmethod
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> Runner:

@@ -1,8 +1,13 @@
-"""OpenVINO's CPU plugin: ``compile_model`` on the model, latency hint, fp32.
+"""OpenVINO's CPU plugin: ``compile_model`` on the model, latency hint, fp32 unless asked for bf16.
 
 OpenVINO picks bf16 by default on CPUs that have it (AVX-512 BF16 / AMX), which is faster and less
 exact; runtimes are compared computing the same thing, so the precision hint follows the options
-(fp32 unless asked otherwise).
+(fp32 unless asked otherwise). bf16 is offered only where the CPU has it (AVX512-BF16 or AMX-BF16,
+detected; OpenVINO would emulate it elsewhere, slower than fp32). The hint applies to the whole
+model: OpenVINO 2026.4 keeps no per-node float precision set from Python (a ``disable_fp16_compression``
+or ``disable_precision_conversion`` rt_info entry, set in Python or written into the IR, is dropped on
+reading and the node still runs in bf16), so a plan's fp32 islands inside bf16 cannot be expressed in
+one OpenVINO model; int8 islands can (QDQ nodes).
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ import numpy as np
 import onnx
 
 from rlcompile.errors import ModelError, first_line
+from rlcompile.machine import cpu_flags
 from rlcompile.runtimes.base import NATIVE, Runner, Runtime, RuntimeOptions, graph_input_names, model_name
 
 #: OpenVINO's name for each precision of :class:`RuntimeOptions`.
-PRECISION_HINTS = {"fp32": "f32"}
+PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}
+#: The CPU flags that give OpenVINO native bf16 arithmetic.
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def openvino_config(options: RuntimeOptions) -> dict:
@@ -51,9 +59,15 @@ class OpenVinoRuntime(Runtime):
             return f"openvino is not installed ({error})"
         return None
 
+    def precisions(self) -> dict[str, str | None]:
+        bf16 = None if cpu_flags() & BF16_FLAGS else "this CPU has neither AVX512-BF16 nor AMX-BF16"
+        return {"fp32": None, "bf16": bf16}
+
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE,
                 name: str | None = None) -> OpenVinoRunner:  # fmt: skip
         import openvino as ov
+
+        self.check_precision(options)
 
         started, core = time.perf_counter(), ov.Core()
         try:

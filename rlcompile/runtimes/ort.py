@@ -94,6 +94,7 @@ class OrtRuntime(Runtime):
         return session
 
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> OrtRunner:
+        self.check_precision(options)
         started = time.perf_counter()
         session = create_session(model.SerializeToString(), self.session_options(options),
                                  model_name(model, name, "segment"))  # fmt: skip

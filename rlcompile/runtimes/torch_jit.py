@@ -227,6 +227,7 @@ class TorchRuntime(Runtime):
         return all(node.op_type in OPS for node in nodes)
 
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> Runner:
+        self.check_precision(options)
         started, threads = time.perf_counter(), options.thread_count
         torch.set_num_threads(threads)
         try:

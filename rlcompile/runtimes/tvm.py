@@ -90,6 +90,7 @@ class TvmRuntime(Runtime):
             raise ModelError(f"TVM cannot build {name} for {self.target_text}: {first_line(error)}") from None
 
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> TvmRunner:
+        self.check_precision(options)
         started = time.perf_counter()
         executable = self.build(model, name)
         return self.runner(executable, graph_input_names(model), time.perf_counter() - started)

@@ -57,6 +57,9 @@ def test_output_is_a_verified_plan_directory_with_manifest_and_report(interrupte
     assert (output / "report.png").stat().st_size > 1000
     plan = rlcompile.load(output)
     assert compare_outputs(plan.reference_outputs, plan.run(plan.reference_inputs)).within()
+    journal = [json.loads(line) for line in (output / "work" / "events.jsonl").read_text().splitlines()]
+    assert {entry["stage"] for entry in journal if entry["kind"] == "Phase"} >= {"graph", "kernel", "layer"}
+    assert all(later["t"] >= 0 for later in journal) and sum(entry["kind"] == "Start" for entry in journal) == 2
 
 
 def test_the_output_is_the_fastest_measured_plan_and_never_an_untuned_kernel(interrupted_then_resumed):
