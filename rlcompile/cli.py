@@ -345,16 +345,21 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
     from rlcompile.plan import save_plan
     from rlcompile.report.tables import candidates_table, groups_table
 
+    contract = accuracy_contract(args)
     model = load(args)
     threads = args.threads or host_cores()
     selection = select_segments(model, args.agent, args.seed, threads, names, args.tuning_db, args.table_dir,
                                 measure_config(args), log, **options)  # fmt: skip
+    if not contract.exact:
+        from rlcompile.layer.precision import choose_precision
+
+        choose_precision(selection, contract, args.agent, args.seed, timing=measure_config(args), progress=log)
     stdout.print(groups_table(selection))
     stdout.print(candidates_table(selection))
     chosen = selection.chosen
     summary = (f"chosen: {', '.join(chosen.labels)}: {chosen.segments} segment(s), measured "
                f"{chosen.measured.median_ms:.3f} ms, table predicted {selection.expected_ms(chosen):.3f} ms; "
-               f"outputs agree with ONNX Runtime (max rel err {chosen.agreement.max_rel:.1e})")  # fmt: skip
+               f"{agreement_line(chosen)}")  # fmt: skip
     stdout.print(summary, highlight=False)
     then = selection.table.notes.get("ort_native_ms")
     if then:
@@ -369,6 +374,40 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
     stdout.print(f"wrote {output}/ (run it with: rlcompile run {output})", highlight=False)
     write_json(args.json, selection.to_dict())
     return 0
+
+
+def accuracy_contract(args: argparse.Namespace):
+    """``--precision``, ``--data``, ``--metric``, ``--tolerance`` as one contract (bad values: one line, exit 2)."""
+    from rlcompile.layer.precision.contract import DEFAULT_TOLERANCE, AccuracyContract, parse_tolerance
+
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else parse_tolerance(args.tolerance)
+    if args.precision == "fp32" and (args.data or args.metric or args.tolerance is not None):
+        raise RlcompileError("--data, --metric and --tolerance judge lowered precisions: add --precision "
+                             "bf16, int8 or auto")  # fmt: skip
+    return AccuracyContract(args.precision, args.data, args.metric or "rel-l2", tolerance)
+
+
+def agreement_line(chosen) -> str:
+    """How the chosen plan's outputs compare: exact agreement, or the accuracy contract it met."""
+    accuracy = chosen.accuracy
+    if accuracy is None:
+        return f"outputs agree with ONNX Runtime (max rel err {chosen.agreement.max_rel:.1e})"
+    where = "held-out samples" if accuracy.real_data else "random inputs (no --data: output agreement only)"
+    return (f"{accuracy.plan}: {accuracy.metric} {accuracy.error:.3g} on {accuracy.validation_samples} {where}, "
+            f"fp32 {accuracy.fp32_error:.3g}, within +{accuracy.tolerance:g}")
+
+
+def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
+    from rlcompile.layer.precision.contract import ALLOWED, METRICS
+
+    parser.add_argument("--precision", default="fp32", choices=list(ALLOWED),
+                        help="what may be computed below fp32: bf16, int8 or both (auto); default fp32, exact")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="samples: a directory of .npz/.npy files or one .npz with a leading sample axis "
+                             "(split into calibration and held-out validation); default random inputs")
+    parser.add_argument("--metric", default=None, help=f"the error, lower is better: {', '.join(METRICS)} or "
+                        "MODULE:FUNCTION(sample, fp32_outputs, outputs) (default rel-l2)")
+    parser.add_argument("--tolerance", default=None, help="the most the error may exceed fp32's own (default 0.01)")
 
 
 def command_optimize(args: argparse.Namespace) -> int:
@@ -632,6 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("-o", "--output", type=Path, default=None, help="where the plan goes (default MODEL.plan/)")
     select.add_argument("--table-dir", type=Path, default=None, help="where lookup tables are kept (default: next "
                         "to the model)")  # fmt: skip
+    add_precision_arguments(select)
     add_measure_arguments(select)
     select.set_defaults(handler=command_select)
 

@@ -114,6 +114,33 @@ class LatencyRecord(Record):
 
 
 @dataclass
+class AccuracyRecord(Record):
+    """A plan that computes below fp32: the contract it was held to and its error on the held-out samples.
+
+    ``reference.npz`` then holds this plan's own outputs (it is checked to run as it did) and
+    ``validation.npz`` the held-out samples with the fp32 outputs, on which ``rlcompile run`` measures the
+    error again.
+    """
+
+    precision: str
+    metric: str
+    tolerance: float
+    data: str
+    calibration_samples: int
+    validation_samples: int
+    fp32_error: float
+    error: float
+    excess: float
+    plan: str
+    mode: dict
+    int8_groups: list[str]
+    evaluations: int
+    searches: dict
+    #: ``False`` when the samples were random: then only output agreement was measured
+    real_data: bool = True
+
+
+@dataclass
 class OptimizeRecord(Record):
     """What ``optimize`` adds to the manifest."""
 
@@ -150,15 +177,18 @@ class Manifest(Record):
     segments: list[dict]
     selection: dict
     optimize: OptimizeRecord | None = None
+    accuracy: AccuracyRecord | None = None
     format: str = FORMAT
     version: int = VERSION
     #: the keys in the order the file has them
     ORDER: ClassVar[tuple[str, ...]] = ("format", "version", "model", "source", "fingerprint", "inputs", "outputs",
-                                        "threads", "environment", "segments", "selection", "optimize")  # fmt: skip
+                                        "threads", "environment", "segments", "selection", "accuracy",
+                                        "optimize")  # fmt: skip
 
     def to_json(self) -> dict:
         values = {item.name: getattr(self, item.name) for item in fields(self)}
         values["optimize"] = self.optimize.to_json() if self.optimize is not None else None
+        values["accuracy"] = self.accuracy.to_json() if self.accuracy is not None else None
         return {key: values[key] for key in self.ORDER if values[key] is not None}
 
     @classmethod
@@ -166,8 +196,10 @@ class Manifest(Record):
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT}")
         optimize = OptimizeRecord.from_json(data["optimize"]) if data.get("optimize") else None
-        names = {item.name for item in fields(cls)} - {"optimize"}
-        return cls(**{key: value for key, value in data.items() if key in names}, optimize=optimize)
+        accuracy = AccuracyRecord.from_json(data["accuracy"]) if data.get("accuracy") else None
+        names = {item.name for item in fields(cls)} - {"optimize", "accuracy"}
+        return cls(**{key: value for key, value in data.items() if key in names}, optimize=optimize,
+                   accuracy=accuracy)  # fmt: skip
 
     @property
     def runtimes(self) -> list[str]:
@@ -192,5 +224,5 @@ class Manifest(Record):
     __hash__ = None  # type: ignore[assignment]
 
 
-__all__ = ["FORMAT", "MANIFEST", "VERSION", "GraphRecord", "KernelRecord", "LatencyRecord", "LayerRecord", "Manifest",
-           "OptimizeRecord", "Record"]  # fmt: skip
+__all__ = ["FORMAT", "MANIFEST", "VERSION", "AccuracyRecord", "GraphRecord", "KernelRecord", "LatencyRecord",
+           "LayerRecord", "Manifest", "OptimizeRecord", "Record"]  # fmt: skip

@@ -39,6 +39,8 @@ from rlcompile.runtimes import RuntimeOptions
 from rlcompile.runtimes.ort import run_proto
 
 REFERENCE = "reference.npz"
+#: a plan below fp32: the held-out samples (``{i}:sample:{name}``) and the fp32 outputs (``{i}:fp32:{k}``)
+VALIDATION = "validation.npz"
 SEGMENTS = "segments"
 
 
@@ -76,19 +78,25 @@ def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None) 
     (scratch / SEGMENTS).mkdir(parents=True)
     entries = [save_segment(item, scratch / SEGMENTS, index)
                for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
-    model = selection.model
+    model, chosen = selection.model, selection.chosen
     feeds = selection.grouped.feeds
-    reference = run_proto(model.proto, feeds)
+    # a plan below fp32 is checked to run as it did (its own outputs); an fp32 plan against ONNX Runtime's
+    reference = chosen.engine.run(feeds) if chosen.accuracy else run_proto(model.proto, feeds)
     arrays = {f"input:{name}": value for name, value in feeds.items()}
     arrays |= {f"output:{index}": value for index, value in enumerate(reference)}
     np.savez(scratch / REFERENCE, **arrays)
+    if chosen.validation is not None:
+        np.savez(scratch / VALIDATION, **chosen.validation)
     shutil.rmtree(output / SEGMENTS, ignore_errors=True)
     (scratch / SEGMENTS).rename(output / SEGMENTS)
     (scratch / REFERENCE).replace(output / REFERENCE)
+    (output / VALIDATION).unlink(missing_ok=True)
+    if chosen.validation is not None:
+        (scratch / VALIDATION).replace(output / VALIDATION)
     shutil.rmtree(scratch, ignore_errors=True)
     manifest = Manifest(**model_entry(model), outputs=list(selection.grouped.outputs), threads=selection.threads,
                         environment=environment(selection.threads), segments=entries, selection=selection.to_dict(),
-                        optimize=optimize)  # fmt: skip
+                        optimize=optimize, accuracy=chosen.accuracy)  # fmt: skip
     return manifest.save(output)
 
 

@@ -90,6 +90,9 @@ class GroupedModel:
     examples: dict[str, np.ndarray]
     #: the model as loaded (before folding), what ONNX Runtime native runs
     original: LoadedModel | None = field(default=None, repr=False)
+    #: engines compiled for a plan, by plan and runtimes: the calibration's single-library plans are the
+    #: candidates' too, and a whole-model TVM build takes seconds
+    engines: dict = field(default_factory=dict, repr=False)
 
     @property
     def feeds(self) -> dict[str, np.ndarray]:
@@ -116,7 +119,12 @@ class GroupedModel:
 
     def engine(self, assignment: Sequence[str], threads: int, created: Mapping[str, Runtime],
                ) -> SegmentEngine:  # fmt: skip
-        return SegmentEngine.compile(self.segments(assignment), self.inputs, self.outputs, threads, created)
+        """The plan's engine, compiled once per plan, thread count and set of runtimes."""
+        key = (tuple(assignment), threads, tuple((name, id(runtime)) for name, runtime in sorted(created.items())))
+        if key not in self.engines:
+            self.engines[key] = SegmentEngine.compile(self.segments(assignment), self.inputs, self.outputs, threads,
+                                                      created)  # fmt: skip
+        return self.engines[key]
 
 
     def runs_original(self, library: str) -> bool:

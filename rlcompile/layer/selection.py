@@ -34,6 +34,7 @@ from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
 from rlcompile.layer.table import LookupTable, save_table
+from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import (
     DECISION_ROUNDS,
     DEFAULT,
@@ -66,7 +67,7 @@ BOUNDARY_SCALE_RANGE = (1.0, 20.0)
 ROUNDS = DECISION_ROUNDS
 #: With a deadline, the share of the time left after grouping kept for compiling, checking and timing the
 #: candidates; the profile gets the rest.
-FINAL_SHARE = 0.4
+FINAL_SHARE = 0.6
 
 
 @dataclass
@@ -82,6 +83,9 @@ class Candidate:
     agreement: Agreement | None = None
     measured: LatencyStats | None = None
     error: str | None = None
+    #: a plan below fp32: the accuracy contract it met, and the held-out samples to check it again on
+    accuracy: AccuracyRecord | None = None
+    validation: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def segments(self) -> int:
@@ -101,6 +105,7 @@ class Candidate:
             "library_mix": self.library_mix(),
             "agreement": self.agreement.to_dict() if self.agreement else None,
             "error": self.error,
+            "accuracy": self.accuracy.to_json() if self.accuracy else None,
         }
 
 

@@ -22,7 +22,7 @@ SHARES = {"graph": 0.15, "kernel": 0.50, "layer": 0.35}
 #: Kept aside for writing the plan directory and its report after the stages.
 WRITE_SHARE = 0.03
 #: The graph search's part of the graph share (verifying and judging the rewrite take the rest).
-GRAPH_SEARCH_SHARE = 0.6
+GRAPH_SEARCH_SHARE = 0.5
 #: ``--quick``: a few minutes on a zoo CNN on 2 cores.
 QUICK_BUDGET_S = 240.0
 DEFAULT_BUDGET_S = 1200.0

@@ -170,8 +170,10 @@ def candidates_table(selection) -> Table:
             continue
         measured = candidate.measured.median_ms
         versus = f"{measured / ort_native.median_ms:.3f}x" if ort_native else ""
+        accuracy = candidate.accuracy
+        agrees = f"{accuracy.metric} +{accuracy.excess:.1e} (<= {accuracy.tolerance:g})" if accuracy else "yes"
         table.add_row(label, str(candidate.segments), mix, f"{candidate.predicted_ms:.3f}", f"{measured:.3f}",
-                      f"{measured / selection.expected_ms(candidate):.2f}", versus, "yes")  # fmt: skip
+                      f"{measured / selection.expected_ms(candidate):.2f}", versus, agrees)  # fmt: skip
     for name, stats in selection.natives.items():
         versus = f"{stats.median_ms / ort_native.median_ms:.3f}x" if ort_native else ""
         table.add_row(f"[dim]{name} (original model)[/dim]", "", "", "", f"{stats.median_ms:.3f}", "", versus, "")

@@ -1,0 +1,191 @@
+"""Precision as a decision: after the library choice, the searches lower what the accuracy contract allows.
+
+1. The samples (``--data``, else random) are split into calibration and validation; the fp32 model's
+   outputs on the validation samples are the reference, and its own error on them (zero for metrics
+   that compare with fp32, its real error for metrics with labels) the base the tolerance adds to.
+2. The modes this machine offers (ONNX Runtime fp32, OpenVINO fp32, OpenVINO bf16 where the CPU has it)
+   and the fusion groups that can run in int8 span the space (:mod:`rlcompile.layer.precision.space`).
+3. The uniform plans, NNCF's greedy rule, the exact proxy optimum and the agent (Q-learning by default)
+   search it, every plan measured end to end on the validation samples (error) and timed briefly.
+4. The best plan within tolerance of each search joins the selection's candidates as a one-segment plan,
+   and every candidate (the layer level's fp32 plans and the native runs included) is timed again in one
+   contest, alternating; the fastest wins. A plan over its tolerance is never a candidate, so the result
+   is never slower than the fp32 choice beyond the noise, and never less accurate than allowed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlcompile.errors import RlcompileError
+from rlcompile.events import Event, Listener, Phase, Step, ignore
+from rlcompile.layer.precision.contract import AccuracyContract, Samples, load_metric, load_samples, mean_error
+from rlcompile.layer.precision.evaluate import Evaluation, Evaluator
+from rlcompile.layer.precision.quantize import Quantizer
+from rlcompile.layer.precision.solvers import SearchResult, create
+from rlcompile.layer.precision.space import Mode, PrecisionPlan, modes, precision_units
+from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
+from rlcompile.layer.selection import Candidate, Selection, create_libraries, pick, time_candidates
+from rlcompile.layer.selection import native_timers as make_native_timers
+from rlcompile.manifest import AccuracyRecord
+from rlcompile.measure import DEFAULT, MeasureConfig
+from rlcompile.models.onnx_model import random_tensor
+from rlcompile.runtimes.ort import run_proto
+from rlcompile.verify import compare_outputs
+
+#: The searches run, in order (the agent's own comes last, with what the others measured in the cache).
+SEARCHES = ("uniform", "greedy", "proxy")
+#: How many of the searches' plans (fastest first, distinct) join the final contest.
+FINALISTS = 4
+#: The label of a precision candidate starts with this.
+PRECISION = "precision:"
+
+
+@dataclass
+class PrecisionChoice:
+    """What the precision searches found and which plan won."""
+
+    contract: AccuracyContract
+    samples: Samples = field(repr=False)
+    fp32_error: float
+    modes: list[Mode]
+    left_out: dict[str, str]
+    units: int
+    searches: list[SearchResult]
+    evaluations: list[Evaluation]
+    finalists: list[Candidate]
+    wall_s: float
+
+    def summary(self) -> dict:
+        return {search.solver: {"best": search.best.plan.label(self.units) if search.best else None,
+                                "best_quick_ms": search.best.ms if search.best else None,
+                                "error": search.best.error if search.best else None,
+                                "evaluations": search.evaluations, **search.notes}
+                for search in self.searches}  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {"contract": self.contract.describe(), "samples": self.samples.source,
+                "calibration_samples": len(self.samples.calibration),
+                "validation_samples": len(self.samples.validation), "fp32_error": self.fp32_error,
+                "modes": [mode.label for mode in self.modes], "left_out": self.left_out, "units": self.units,
+                "searches": self.summary(), "evaluations": len(self.evaluations), "wall_s": self.wall_s,
+                "plans": [{"plan": e.plan.label(self.units), "error": e.error, "excess": e.excess,
+                           "quick_ms": e.ms if e.latency else None, "within": e.within, "failure": e.failure}
+                          for e in self.evaluations]}  # fmt: skip
+
+
+def choose_precision(selection: Selection, contract: AccuracyContract, agent: str = "qlearning", seed: int = 0,
+                     work: Path | None = None, timing: MeasureConfig = DEFAULT, progress: Listener = ignore,
+                     deadline: float | None = None, max_evaluations: int | None = None) -> PrecisionChoice:  # fmt: skip
+    """Search the precision plans ``contract`` allows; add the best to ``selection`` and pick again, measured."""
+    if contract.exact:
+        raise RlcompileError("choose_precision: the contract allows fp32 only")
+    started = time.monotonic()
+    model, grouped, threads = selection.model, selection.grouped, selection.threads
+    progress(Phase("precision", f"precision: reading samples and the fp32 reference ({contract.metric})", "data"))
+    specs = {spec.name: (tuple(int(d) for d in spec.shape), spec.dtype) for spec in model.inputs}
+    samples = load_samples(contract, specs, seed,
+                           lambda rng: {spec.name: random_tensor(spec, rng) for spec in model.inputs})  # fmt: skip
+    metric = load_metric(contract.metric)
+    reference = [run_proto(model.proto, samples.feeds(sample)) for sample in samples.validation]
+    fp32_error = mean_error(metric, samples, reference, reference)
+    created, _ = create_libraries(["ort", "openvino"], None)
+    allowed, left_out = modes(contract.lowered, created)
+    for name, why in left_out.items():
+        progress(Event("precision", f"precision: {name} left out: {why}"))
+    units = precision_units(grouped.proto, grouped.groups) if "int8" in contract.lowered else []
+    quantizer = Quantizer(grouped.proto, [samples.feeds(s) for s in samples.calibration],
+                          None if work is None else work / "int8")  # fmt: skip
+    evaluator = Evaluator(units, quantizer, created, samples, metric, reference, fp32_error, contract.tolerance,
+                          threads, max_evaluations=max_evaluations or max(40, 4 * len(units) + 12),
+                          deadline=deadline)  # fmt: skip
+    searches = run_searches(evaluator, allowed, agent, seed, progress)
+    finalists = finalist_candidates(evaluator, searches, selection, contract, samples, fp32_error)
+    progress(Phase("precision", f"precision: timing {len(finalists)} precision plans with the fp32 plans in turns",
+                   "measure"))  # fmt: skip
+    selection.candidates += finalists
+    natives = make_native_timers(model, grouped.feeds, threads, created)
+    for candidate in selection.candidates:
+        candidate.measured = None
+    selection.natives = time_candidates(grouped, selection.candidates, natives, timing, progress)
+    selection.chosen = pick(selection.candidates)
+    quantizer.close()
+    evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
+    choice = PrecisionChoice(contract, samples, fp32_error, allowed, left_out, len(units), searches, evaluations,
+                             finalists, time.monotonic() - started)  # fmt: skip
+    for candidate in finalists:
+        candidate.accuracy.searches = choice.summary()
+        candidate.validation = validation_arrays(samples, reference)
+    return choice
+
+
+def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: int,
+                 progress: Listener) -> list[SearchResult]:  # fmt: skip
+    """The fixed searches, then the agent's, each reporting what it found."""
+    names = [*SEARCHES, *([agent] if agent not in SEARCHES else [])]
+    if not evaluator.units:
+        names = ["uniform"]  # no group can run in int8: the modes are the whole space
+    results = []
+    for index, name in enumerate(names):
+        progress(Step("precision", f"precision: {name} search ({len(evaluator.visited)} plans measured so far)",
+                      index, len(names), "searches", name))  # fmt: skip
+        result = create(name)(evaluator, allowed, seed)
+        results.append(result)
+        found = result.best.plan.label(len(evaluator.units)) if result.best else "nothing within tolerance"
+        progress(Event("precision", f"precision: {name}: {found} ({result.evaluations} new plans measured)"))
+    return results
+
+
+def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], selection: Selection,
+                        contract: AccuracyContract, samples: Samples,
+                        fp32_error: float) -> list[Candidate]:  # fmt: skip
+    """The fastest distinct plans within tolerance (each search's best first), as one-segment candidates."""
+    within = sorted((e for e in evaluator.cache.values() if e.within and e.failure is None and not e.plan.exact),
+                    key=lambda e: e.ms)  # fmt: skip
+    chosen: list[Evaluation] = []
+    for evaluation in [*(s.best for s in searches if s.best and not s.best.plan.exact), *within]:
+        if evaluation not in chosen and len(chosen) < FINALISTS:
+            chosen.append(evaluation)
+    found_by = {id(s.best): s.solver for s in searches if s.best}
+    return [candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"))
+            for e in chosen]  # fmt: skip
+
+
+def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Selection, contract: AccuracyContract,
+                 samples: Samples, fp32_error: float, found_by: str) -> Candidate:  # fmt: skip
+    """A one-segment candidate that runs ``evaluation``'s plan, with its accuracy record."""
+    grouped, plan = selection.grouped, evaluation.plan
+    units = evaluator.units
+    segment = Segment(plan.mode.runtime, list(range(len(grouped.groups))), list(grouped.inputs),
+                      list(grouped.outputs), evaluator.model(plan), plan.mode.floats)  # fmt: skip
+    label = f"{PRECISION}{found_by} ({plan.label(len(units))})"
+    candidate = Candidate([label], [plan.mode.runtime] * len(grouped.groups), evaluation.ms)
+    runner = evaluator.compile(plan, exclusive=True)
+    candidate.engine = SegmentEngine([CompiledSegment(segment, runner, runner.prepare_seconds)], grouped.inputs,
+                                     grouped.outputs)  # fmt: skip
+    candidate.agreement = compare_outputs(run_proto(selection.model.proto, grouped.feeds),
+                                          candidate.engine.run(grouped.feeds))  # fmt: skip
+    candidate.accuracy = AccuracyRecord(
+        precision=contract.precision, metric=contract.metric, tolerance=contract.tolerance, data=samples.source,
+        calibration_samples=len(samples.calibration), validation_samples=len(samples.validation),
+        fp32_error=fp32_error, error=evaluation.error, excess=evaluation.excess, plan=plan.label(len(units)),
+        mode={"runtime": plan.mode.runtime, "floats": plan.mode.floats},
+        int8_groups=[units[i].group for i in sorted(plan.int8)], evaluations=len(evaluator.visited),
+        searches={}, real_data=samples.real)  # fmt: skip
+    return candidate
+
+
+def validation_arrays(samples: Samples, reference: list[list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """The held-out samples and their fp32 outputs, as ``validation.npz`` stores them."""
+    arrays = {}
+    for index, (sample, outputs) in enumerate(zip(samples.validation, reference, strict=True)):
+        arrays |= {f"{index}:sample:{key}": value for key, value in sample.items()}
+        arrays |= {f"{index}:fp32:{k}": value for k, value in enumerate(outputs)}
+    return arrays
+
+
+__all__ = ["PRECISION", "PrecisionChoice", "PrecisionPlan", "choose_precision", "validation_arrays"]

@@ -1,0 +1,114 @@
+"""Evaluating a precision plan: build it, measure its error on the held-out samples and its latency.
+
+Every search asks the same :class:`Evaluator`, which caches each plan it measured (a search that visits a
+plan again pays nothing), counts evaluations against a budget of evaluations and wall time, and records
+failures (a plan that does not compile or that gives non-finite outputs) instead of stopping. The error is
+the metric averaged over the validation samples, never the calibration ones; a plan is *within* the
+contract when its error exceeds the fp32 model's own by at most the tolerance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from rlcompile.errors import RlcompileError, first_line
+from rlcompile.layer.precision.contract import Metric, Samples, mean_error
+from rlcompile.layer.precision.quantize import Quantizer
+from rlcompile.layer.precision.space import PrecisionPlan, Unit
+from rlcompile.measure import QUICK, LatencyStats, MeasureConfig, measure_latency
+from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
+
+
+class BudgetSpent(Exception):
+    """The searches' evaluations or time are spent: every search stops and returns what it has."""
+
+
+@dataclass
+class Evaluation:
+    """One plan, measured: its error (mean over validation samples), the excess over fp32's own, latency."""
+
+    plan: PrecisionPlan
+    error: float = float("nan")
+    excess: float = float("nan")
+    latency: LatencyStats | None = None
+    within: bool = False
+    failure: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ms(self) -> float:
+        return self.latency.median_ms if self.latency else float("inf")
+
+
+@dataclass
+class Evaluator:
+    """Measures plans of one model against one accuracy contract, each at most once."""
+
+    units: list[Unit]
+    quantizer: Quantizer
+    created: Mapping[str, Runtime]
+    samples: Samples
+    metric: Metric
+    reference: list[list[np.ndarray]]
+    fp32_error: float
+    tolerance: float
+    threads: int
+    timing: MeasureConfig = QUICK
+    max_evaluations: int = 200
+    deadline: float | None = None
+    cache: dict[PrecisionPlan, Evaluation] = field(default_factory=dict)
+    #: plans in the order they were first evaluated
+    visited: list[PrecisionPlan] = field(default_factory=list)
+
+    @property
+    def spent(self) -> bool:
+        out_of_time = self.deadline is not None and time.monotonic() > self.deadline
+        return len(self.visited) >= self.max_evaluations or out_of_time
+
+    def __call__(self, plan: PrecisionPlan) -> Evaluation:
+        """The plan's evaluation (cached); raises :class:`BudgetSpent` when a new one is not allowed."""
+        if plan in self.cache:
+            return self.cache[plan]
+        if self.spent:
+            raise BudgetSpent
+        started = time.monotonic()
+        evaluation = Evaluation(plan)
+        try:
+            runner = self.compile(plan)
+            outputs = [runner.run(self.samples.feeds(sample)) for sample in self.samples.validation]
+            if not all(np.all(np.isfinite(o)) for out in outputs for o in out if np.issubdtype(o.dtype, np.floating)):
+                raise ValueError("non-finite outputs")
+            evaluation.error = mean_error(self.metric, self.samples, self.reference, outputs)
+            evaluation.excess = evaluation.error - self.fp32_error
+            evaluation.within = evaluation.excess <= self.tolerance
+            evaluation.latency = measure_latency(runner.timer(self.samples.feeds(self.samples.validation[0])),
+                                                 self.timing)  # fmt: skip
+        except RlcompileError as error:
+            if "--metric" in str(error):
+                raise  # the user's metric failed: one line, the search cannot go on without it
+            evaluation.failure = first_line(error)
+        except Exception as error:  # a plan that cannot be built or run is recorded, never fatal
+            evaluation.failure = first_line(error)
+        evaluation.seconds = time.monotonic() - started
+        self.cache[plan] = evaluation
+        self.visited.append(plan)
+        return evaluation
+
+    def model(self, plan: PrecisionPlan) -> onnx.ModelProto:
+        """The plan's ONNX model: the float model with its int8 units as QDQ nodes."""
+        return self.quantizer.quantized(node for index in plan.int8 for node in self.units[index].nodes)
+
+    def compile(self, plan: PrecisionPlan, exclusive: bool = True) -> Runner:
+        options = RuntimeOptions(self.threads, exclusive=exclusive, precision=plan.mode.floats)
+        return self.created[plan.mode.runtime].compile(self.model(plan), options)
+
+    def best(self, plans: list[PrecisionPlan] | None = None) -> Evaluation | None:
+        """The fastest evaluation within the contract (of ``plans``, else of all)."""
+        pool = [self.cache[p] for p in (plans or self.visited) if p in self.cache]
+        within = [e for e in pool if e.within and e.failure is None]
+        return min(within, key=lambda e: e.ms) if within else None

@@ -1,0 +1,214 @@
+"""Searches over precision plans, one interface: ``solve(evaluator, modes, seed) -> SearchResult``.
+
+- ``uniform``: every mode with nothing and with everything in int8 (all fp32, all bf16, all int8 ...);
+- ``greedy``: NNCF's accuracy control: everything in int8, then groups raised back to float, the one
+  whose return lowers the error most first (ranked once, by reverting each alone), until within tolerance;
+- ``proxy``: the exact optimum of an additive proxy: each group's error when it alone is lowered, its
+  saving estimated by its share of the MACs times what lowering everything saves; the subset that saves
+  most with the summed errors within tolerance (a 0/1 knapsack, solved exactly), then measured;
+- ``qlearning``: QS-DNN's agent: one decision per group (float or int8) after the mode, tabular Q-learning
+  with epsilon-greedy episodes, reward -latency/fp32 latency, or a penalty below any valid plan when the
+  measured error leaves the tolerance; every plan it visits is measured end to end (cached);
+- ``random``: random plans.
+
+Each search spends evaluations from the shared :class:`~rlcompile.layer.precision.evaluate.Evaluator`
+until its share runs out (:class:`BudgetSpent` ends it with what it found).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlcompile.errors import RlcompileError
+from rlcompile.layer.precision.evaluate import BudgetSpent, Evaluation, Evaluator
+from rlcompile.layer.precision.space import Mode, PrecisionPlan, weight_share
+
+#: Knapsack resolution: the tolerance is cut into this many steps.
+KNAPSACK_STEPS = 2000
+
+
+@dataclass
+class SearchResult:
+    """What a search found: its best plan within the contract (``None`` if none) and what it spent."""
+
+    solver: str
+    best: Evaluation | None
+    evaluations: int
+    notes: dict = field(default_factory=dict)
+
+
+def all_int8(evaluator: Evaluator) -> frozenset[int]:
+    return frozenset(range(len(evaluator.units)))
+
+
+def uniform(evaluator: Evaluator, modes: list[Mode], seed: int, int8: bool = True) -> SearchResult:
+    """Each mode with no group and with every group in int8."""
+    plans = [PrecisionPlan(mode) for mode in modes]
+    if int8 and evaluator.units:
+        plans += [PrecisionPlan(mode, all_int8(evaluator)) for mode in modes]
+    return run_plans("uniform", evaluator, plans)
+
+
+def run_plans(name: str, evaluator: Evaluator, plans: list[PrecisionPlan], notes: dict | None = None) -> SearchResult:
+    before = len(evaluator.visited)
+    try:
+        for plan in plans:
+            evaluator(plan)
+    except BudgetSpent:
+        pass
+    return SearchResult(name, evaluator.best(plans), len(evaluator.visited) - before, notes or {})
+
+
+def fastest_int8_mode(evaluator: Evaluator, modes: list[Mode]) -> Mode:
+    """The mode whose all-int8 plan ran fastest (measured by :func:`uniform`, else measured now)."""
+    timed = [(evaluator(PrecisionPlan(mode, all_int8(evaluator))), mode) for mode in modes]
+    return min(timed, key=lambda pair: pair[0].ms)[1]
+
+
+def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
+    """All groups in int8, then raised back by sensitivity until within tolerance (NNCF's rule)."""
+    before = len(evaluator.visited)
+    plans: list[PrecisionPlan] = []
+    notes: dict = {}
+    try:
+        mode = fastest_int8_mode(evaluator, modes)
+        current = all_int8(evaluator)
+        plans.append(PrecisionPlan(mode, current))
+        first = evaluator(plans[-1])
+        if not first.within and evaluator.units:
+            reverted = {i: evaluator(PrecisionPlan(mode, current - {i})) for i in sorted(current)}
+            ranking = sorted(current, key=lambda i: reverted[i].error if reverted[i].failure is None else np.inf)
+            plans += [PrecisionPlan(mode, current - {i}) for i in ranking]
+            notes["ranking"] = [evaluator.units[i].group for i in ranking]
+            for index in ranking:
+                current = current - {index}
+                plans.append(PrecisionPlan(mode, current))
+                if evaluator(plans[-1]).within:
+                    break
+        notes["mode"] = mode.label
+    except BudgetSpent:
+        notes["stopped"] = "budget spent"
+    return SearchResult("greedy", evaluator.best(plans), len(evaluator.visited) - before, notes)
+
+
+def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
+    """The exact optimum of the additive proxy, measured; the proxy's tolerance halves while it misses."""
+    before = len(evaluator.visited)
+    plans: list[PrecisionPlan] = []
+    notes: dict = {}
+    try:
+        mode = fastest_int8_mode(evaluator, modes)
+        float_ms = evaluator(PrecisionPlan(mode)).ms
+        lowered_ms = evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms
+        saving = weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
+        alone = [evaluator(PrecisionPlan(mode, frozenset({i}))) for i in range(len(evaluator.units))]
+        costs = np.array([max(e.excess, 0.0) if e.failure is None else np.inf for e in alone])
+        limit = evaluator.tolerance
+        for _ in range(4):
+            chosen = knapsack(saving, costs, limit)
+            plans.append(PrecisionPlan(mode, frozenset(chosen)))
+            if evaluator(plans[-1]).within:
+                break
+            limit /= 2
+        notes |= {"mode": mode.label, "proxy_saving_ms": float(saving[list(chosen)].sum()) if chosen else 0.0}
+    except BudgetSpent:
+        notes["stopped"] = "budget spent"
+    return SearchResult("proxy", evaluator.best(plans), len(evaluator.visited) - before, notes)
+
+
+def knapsack(values: np.ndarray, costs: np.ndarray, limit: float) -> list[int]:
+    """The indices maximising the summed value with summed cost <= ``limit`` (exact on a grid of costs)."""
+    if limit <= 0:
+        return [i for i, cost in enumerate(costs) if cost == 0]
+    steps = KNAPSACK_STEPS
+    weights = [int(np.ceil(cost / limit * steps)) if np.isfinite(cost) else steps + 1 for cost in costs]
+    best = np.full(steps + 1, -np.inf)
+    best[0] = 0.0
+    keep = np.zeros((len(values), steps + 1), dtype=bool)
+    for index, (value, weight) in enumerate(zip(values, weights, strict=True)):
+        if weight > steps:
+            continue
+        shifted = np.full(steps + 1, -np.inf)
+        shifted[weight:] = best[: steps + 1 - weight] + value
+        better = shifted > best
+        keep[index] = better
+        best = np.where(better, shifted, best)
+    chosen, capacity = [], int(np.argmax(best))
+    for index in range(len(values) - 1, -1, -1):
+        if keep[index, capacity]:
+            chosen.append(index)
+            capacity -= weights[index]
+    return sorted(chosen)
+
+
+def qlearning(evaluator: Evaluator, modes: list[Mode], seed: int, episodes: int | None = None,
+              alpha: float = 0.5, epsilon_floor: float = 0.05) -> SearchResult:  # fmt: skip
+    """Tabular Q-learning over (mode, then float/int8 per group), rewarded by measured plans."""
+    rng = np.random.default_rng(seed)
+    units = len(evaluator.units)
+    episodes = episodes or max(20, 2 * units)
+    q_mode = np.zeros(len(modes))
+    q_unit = np.zeros((units, 2))  # action 0: float, 1: int8
+    before = len(evaluator.visited)
+    plans: list[PrecisionPlan] = []
+    reference_ms = None
+    try:
+        for episode in range(episodes):
+            epsilon = max(epsilon_floor, 1.0 - episode / max(episodes * 0.7, 1))
+            mode_index = int(rng.integers(len(modes))) if rng.random() < epsilon else int(np.argmax(q_mode))
+            actions = [int(rng.integers(2)) if rng.random() < epsilon else int(np.argmax(q_unit[i]))
+                       for i in range(units)]  # fmt: skip
+            plan = PrecisionPlan(modes[mode_index], frozenset(i for i, a in enumerate(actions) if a))
+            plans.append(plan)
+            evaluation = evaluator(plan)
+            reference_ms = reference_ms or evaluator(PrecisionPlan(modes[0])).ms
+            reward = reward_of(evaluation, reference_ms)
+            # terminal reward only (gamma = 1): every decision of the episode moves toward it
+            q_mode[mode_index] += alpha * (reward - q_mode[mode_index])
+            for i, action in enumerate(actions):
+                q_unit[i, action] += alpha * (reward - q_unit[i, action])
+    except BudgetSpent:
+        pass
+    greedy_plan = PrecisionPlan(modes[int(np.argmax(q_mode))],
+                                frozenset(i for i in range(units) if q_unit[i, 1] > q_unit[i, 0]))  # fmt: skip
+    try:
+        evaluator(greedy_plan)
+        plans.append(greedy_plan)
+    except BudgetSpent:
+        pass
+    return SearchResult("qlearning", evaluator.best(plans), len(evaluator.visited) - before,
+                        {"episodes": len(plans), "policy": greedy_plan.label(units)})  # fmt: skip
+
+
+def reward_of(evaluation: Evaluation, reference_ms: float) -> float:
+    """-latency relative to the fp32 plan; outside the tolerance (or failed): -2, below any valid plan."""
+    if evaluation.failure is not None or not evaluation.within or not np.isfinite(evaluation.ms):
+        return -2.0
+    return -evaluation.ms / reference_ms
+
+
+def random_search(evaluator: Evaluator, modes: list[Mode], seed: int, count: int | None = None) -> SearchResult:
+    """Random modes and random int8 subsets."""
+    rng = np.random.default_rng(seed)
+    units = len(evaluator.units)
+    plans = []
+    for _ in range(count or max(20, 2 * units)):
+        share = rng.random()
+        plans.append(PrecisionPlan(modes[int(rng.integers(len(modes)))],
+                                   frozenset(i for i in range(units) if rng.random() < share)))  # fmt: skip
+    result = run_plans("random", evaluator, plans)
+    return result
+
+
+SOLVERS: dict[str, Callable[..., SearchResult]] = {
+    "uniform": uniform, "greedy": greedy, "proxy": proxy, "qlearning": qlearning, "random": random_search,
+}  # fmt: skip
+
+
+def create(name: str) -> Callable[..., SearchResult]:
+    if name not in SOLVERS:
+        raise RlcompileError(f"unknown precision search {name!r}; choose from {', '.join(SOLVERS)}")
+    return SOLVERS[name]

@@ -1,0 +1,137 @@
+"""The joint space of precision plans: how a runtime computes floats, and which fusion groups run in int8.
+
+A plan is one model run by one runtime, so it pays no library boundary:
+
+- its **mode**: the runtime (ONNX Runtime or OpenVINO) and the precision of its float arithmetic (fp32,
+  or bf16 where OpenVINO and the CPU offer it). OpenVINO applies the float precision to the whole model
+  (it keeps no per-node float precision set from Python; see :mod:`rlcompile.runtimes.openvino`), so the
+  float precision is chosen per plan, not per group;
+- its **int8 groups**: the fusion groups whose Conv/MatMul/Gemm run in int8, written into the model as
+  QDQ nodes (:mod:`rlcompile.layer.precision.quantize`), which both runtimes honour per node.
+
+The units of choice are the fusion groups that hold such an operator (:class:`Unit`); each carries its
+multiply-accumulate count, the additive proxy's estimate of what lowering it saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from rlcompile.layer.precision.quantize import QUANTIZED_OPS
+from rlcompile.runtimes import Runtime
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A runtime and the precision of its float arithmetic."""
+
+    runtime: str
+    floats: str = "fp32"
+
+    @property
+    def label(self) -> str:
+        return f"{self.runtime} {self.floats}"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A fusion group that can run in int8: its index among the groups, name, ONNX nodes and MACs."""
+
+    index: int
+    group: str
+    nodes: tuple[str, ...]
+    macs: float
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """A mode and the units (indices into the unit list) that run in int8."""
+
+    mode: Mode
+    int8: frozenset[int] = frozenset()
+
+    def label(self, units: int) -> str:
+        lowered = f", int8 {len(self.int8)}/{units} groups" if self.int8 else ""
+        return f"{self.mode.label}{lowered}"
+
+    @property
+    def exact(self) -> bool:
+        return self.mode.floats == "fp32" and not self.int8
+
+    def lowered_count(self, units: int) -> int:
+        """How many units compute below fp32 (all of them under bf16): fewer is simpler on a tie."""
+        return units if self.mode.floats == "bf16" else len(self.int8)
+
+
+def modes(lowered: Iterable[str], created: Mapping[str, Runtime]) -> tuple[list[Mode], dict[str, str]]:
+    """The modes the contract allows and this machine offers, and why each other one is left out."""
+    chosen, left_out = [], {}
+    for name in ("ort", "openvino"):
+        if name not in created:
+            continue
+        available = created[name].precisions()
+        for floats in ("fp32", *(["bf16"] if "bf16" in lowered else [])):
+            why = available.get(floats, f"{name} offers no {floats}")
+            if why is None:
+                chosen.append(Mode(name, floats))
+            elif floats != "fp32":
+                left_out[f"{name} {floats}"] = why
+    return chosen, left_out
+
+
+def precision_units(proto: onnx.ModelProto, groups) -> list[Unit]:
+    """The fusion groups with a Conv, ConvTranspose, MatMul or Gemm, with their multiply-accumulates."""
+    shapes = value_shapes(proto)
+    by_name = {node.name: node for node in proto.graph.node}
+    units = []
+    for index, group in enumerate(groups):
+        anchors = [by_name[name] for name in group.nodes if name in by_name and by_name[name].op_type in QUANTIZED_OPS]
+        if anchors:
+            macs = sum(node_macs(node, shapes) for node in anchors)
+            units.append(Unit(index, group.name, tuple(group.nodes), macs))
+    return units
+
+
+def value_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """Static shapes of the model's values (shape inference) and initializers."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # a model shape inference cannot walk: the proxy then counts 1 MAC per anchor
+        inferred = proto
+    shapes = {}
+    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes[value.name] = tuple(d.dim_value for d in dims)
+    for init in proto.graph.initializer:
+        shapes[init.name] = tuple(init.dims)
+    return shapes
+
+
+def node_macs(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float:
+    """Multiply-accumulates of one Conv/ConvTranspose/MatMul/Gemm (1 when shapes are unknown)."""
+    output = shapes.get(node.output[0])
+    weight = shapes.get(node.input[1]) if len(node.input) > 1 else None
+    if output is None or weight is None:
+        return 1.0
+    if node.op_type == "Conv":
+        return float(np.prod(output)) * float(np.prod(weight[1:]))
+    if node.op_type == "ConvTranspose":
+        source = shapes.get(node.input[0])
+        return float(np.prod(source)) * float(np.prod(weight[1:])) if source else 1.0
+    if node.op_type == "Gemm":
+        inner = weight[1] if any(a.name == "transB" and a.i for a in node.attribute) else weight[0]
+    else:  # MatMul: (..., K, N)
+        inner = weight[-2] if len(weight) > 1 else weight[0]
+    return float(np.prod(output)) * float(inner)
+
+
+def weight_share(units: list[Unit]) -> np.ndarray:
+    """Each unit's share of all the units' MACs."""
+    macs = np.array([unit.macs for unit in units], dtype=float)
+    return macs / macs.sum() if macs.sum() > 0 else np.full(len(units), 1 / max(len(units), 1))
+
