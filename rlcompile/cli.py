@@ -169,13 +169,22 @@ def run_saved(args: argparse.Namespace) -> int:
     timings, native = time_saved(args.model, measure_config(args), note)
     for timing in timings:
         verdict = "agrees with" if timing.agreement.within() else "DISAGREES with"
+        if timing.accuracy is not None:
+            verdict = "runs as saved" if timing.agreement.within() else "does NOT run as saved"
         line = (f"{timing.path} ({timing.description}): median {timing.latency.median_ms:.3f} ms "
                 f"(p90 {timing.latency.p90_ms:.3f} ms)")  # fmt: skip
         if timing is not timings[0]:
             line += f", {timing.ratio_to_first:.3f}x {timings[0].path}"
         if timing.ratio_to_native is not None:
             line += f", {timing.ratio_to_native:.3f}x ONNX Runtime native"
-        stdout.print(f"{line}; {verdict} ONNX Runtime (max rel err {timing.agreement.max_rel:.1e})", highlight=False)
+        if timing.accuracy is None:
+            stdout.print(f"{line}; {verdict} ONNX Runtime (max rel err {timing.agreement.max_rel:.1e})",
+                         highlight=False)  # fmt: skip
+        else:
+            check = timing.accuracy
+            stdout.print(f"{line}; {verdict}; {check.metric} on its {check.samples} held-out samples {check.error:.4g}"
+                         f" ({check.excess:+.2g} over fp32, tolerance {check.tolerance:g}: "
+                         f"{'within' if check.within else 'OVER'})", highlight=False)  # fmt: skip
     if native is None:
         stdout.print("the original model is not at hand, so ONNX Runtime native was not timed", highlight=False)
     else:
@@ -183,7 +192,7 @@ def run_saved(args: argparse.Namespace) -> int:
                      "timed in the same rounds", highlight=False)  # fmt: skip
     write_json(args.json, {"results": [timing.to_dict() for timing in timings],
                            "ort_native": native.to_dict() if native else None})  # fmt: skip
-    return 0 if all(timing.agreement.within() for timing in timings) else 1
+    return 0 if all(timing.ok for timing in timings) else 1
 
 
 def command_tasks(args: argparse.Namespace) -> int:
@@ -438,9 +447,12 @@ def command_optimize(args: argparse.Namespace) -> int:
     solvers.create(args.layer_agent)
     if args.libraries:
         runtimes.parse(args.libraries)
+    contract = accuracy_contract(args)
     settings = StageSettings(graph_agent=args.graph_agent, strategy=args.strategy, layer_agent=args.layer_agent,
                              trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
-                             libraries=args.libraries)  # fmt: skip
+                             libraries=args.libraries, precision=contract.precision,
+                             data=str(Path(contract.data).resolve()) if contract.data else None,
+                             metric=contract.metric, tolerance=contract.tolerance)  # fmt: skip
     request = OptimizeRequest(args.model, args.output, parse_input_shapes(args.input_shape), budget, tuple(levels),
                               settings)  # fmt: skip
     result = optimize(request, log)
@@ -451,6 +463,8 @@ def command_optimize(args: argparse.Namespace) -> int:
     if latency.noise is not None:
         verdict += f"; identical sessions differ by {100 * latency.noise:.1f}% in this run"
     stdout.print(f"{result.manifest.model}: {verdict}", highlight=False)
+    if result.manifest.accuracy is not None:
+        stdout.print(f"precision: {agreement_line(result.manifest)}", highlight=False)
     stdout.print(f"wrote {args.output}/ (report.md, report.png; run it with: rlcompile run {args.output})",
                  highlight=False)  # fmt: skip
     stdout.print(f"deploy it: {export_command(result.manifest, args.output)}", highlight=False)
@@ -694,6 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--threads", type=int, default=None, help="threads per library (default: all cores)")
     optimize.add_argument("--seed", type=int, default=0)
     optimize.add_argument("--json", type=Path, default=None, help="also write the manifest as JSON to this file")
+    add_precision_arguments(optimize)
     optimize.set_defaults(handler=command_optimize)
 
     export = commands.add_parser("export", help="write a plan for the runtime you deploy on, checked there")

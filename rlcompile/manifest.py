@@ -91,6 +91,8 @@ class LayerRecord(Record):
     segments: int
     library_mix: dict[str, int]
     wall_s: float = 0.0
+    #: with a lowered precision allowed: what the precision searches measured (contract, searches, plans)
+    precision: dict | None = None
 
 
 STAGE_RECORDS: dict[str, type[Record]] = {"graph": GraphRecord, "kernel": KernelRecord, "layer": LayerRecord}

@@ -9,6 +9,9 @@ It is the one deployable output of every level that produces a runnable model::
     DIR/segments/        one ONNX model per segment, plus what a library compiled that is slow to redo
                          (a TVM shared library)
     DIR/reference.npz    random inputs and ONNX Runtime's outputs for them, to check the plan anywhere
+                         (a plan below fp32: its own outputs, to check it runs as it did)
+    DIR/validation.npz   a plan below fp32 only: the held-out samples and their fp32 outputs, on which
+                         ``rlcompile run`` measures the plan's error again (the manifest's ``accuracy``)
 
 ``manifest.json`` is written last and removed first when a plan is replaced, so a directory that has
 one is complete; other files in ``DIR`` (``optimize``'s ``work/`` folder, its report) are left alone.
@@ -31,6 +34,7 @@ import onnx
 
 from rlcompile import runtimes
 from rlcompile.errors import RlcompileError, first_line
+from rlcompile.layer.precision.contract import VALIDATION
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.machine import check_machine, environment
 from rlcompile.manifest import MANIFEST, Manifest, OptimizeRecord
@@ -39,8 +43,6 @@ from rlcompile.runtimes import RuntimeOptions
 from rlcompile.runtimes.ort import run_proto
 
 REFERENCE = "reference.npz"
-#: a plan below fp32: the held-out samples (``{i}:sample:{name}``) and the fp32 outputs (``{i}:fp32:{k}``)
-VALIDATION = "validation.npz"
 SEGMENTS = "segments"
 
 

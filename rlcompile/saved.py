@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Listener, Phase, ignore
+from rlcompile.layer.precision.contract import VALIDATION, Recheck, recheck
 from rlcompile.machine import host_cores
 from rlcompile.measure import REPORT_ROUNDS, Contender, LatencyStats, MeasureConfig, run_contest
 from rlcompile.runtimes import RuntimeOptions
@@ -83,11 +84,18 @@ class SavedTiming:
     ratio_to_first: float
     ratio_to_native: float | None
     agreement: Agreement
+    #: a plan below fp32: its error measured again on its saved held-out samples
+    accuracy: Recheck | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.agreement.within() and (self.accuracy is None or self.accuracy.within)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "description": self.description, "latency": self.latency.to_dict(),
                 "ratio_to_first": self.ratio_to_first, "ratio_to_native": self.ratio_to_native,
-                "agreement": self.agreement.to_dict()}  # fmt: skip
+                "agreement": self.agreement.to_dict(),
+                "accuracy": self.accuracy.to_dict() if self.accuracy else None}  # fmt: skip
 
 
 Timings = tuple[list["SavedTiming"], LatencyStats | None]
@@ -95,7 +103,8 @@ Timings = tuple[list["SavedTiming"], LatencyStats | None]
 
 def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
                progress: Listener = ignore) -> Timings:  # fmt: skip
-    """Load every saved result, check each on the first one's reference inputs, time them in turns.
+    """Load every saved result, check each runs as it was saved (its reference outputs; a plan below fp32
+    also its error on its saved held-out samples), time them in turns on the first one's reference inputs.
 
     All must be made from a model with the same inputs (names, shapes, types). ONNX Runtime native on
     the original model joins the rounds when the model can still be loaded. Returns the timings in
@@ -109,7 +118,8 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
             raise RlcompileError(f"{path} and {paths[0]} take different inputs ({item.record['model']} vs "
                                  f"{first.record['model']}); compare saved results of one model")  # fmt: skip
     feeds = first.reference_inputs
-    agreements = [compare_outputs(first.reference_outputs, item.run(feeds)) for item in saved]
+    agreements = [compare_outputs(item.reference_outputs, item.run(item.reference_inputs)) for item in saved]
+    rechecks = [accuracy_recheck(item) for item in saved]
     timers, names = [item.timer(feeds) for item in saved], [str(path) for path in paths]
     original = original_model(first.record)
     if original is not None:
@@ -125,6 +135,15 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
     stats = [standings[contender.label] for contender in contenders]
     native = stats[len(saved)] if original is not None else None
     timings = [SavedTiming(str(path), item.describe(), latency, latency.median_ms / stats[0].median_ms,
-                           latency.median_ms / native.median_ms if native else None, agreement)
-               for path, item, latency, agreement in zip(paths, saved, stats, agreements, strict=False)]  # fmt: skip
+                           latency.median_ms / native.median_ms if native else None, agreement, recheck)
+               for path, item, latency, agreement, recheck in zip(paths, saved, stats, agreements, rechecks,
+                                                                   strict=False)]  # fmt: skip
     return timings, native
+
+
+def accuracy_recheck(item) -> Recheck | None:
+    """The error of a plan below fp32 on its saved held-out samples (``None`` for exact results)."""
+    accuracy = getattr(item.record, "accuracy", None)
+    if accuracy is None:
+        return None
+    return recheck(Path(item.path) / VALIDATION, item.run, accuracy.metric, accuracy.fp32_error, accuracy.tolerance)

@@ -323,8 +323,14 @@ def select_segments(
     path = table_file(model, list(created), threads, table_dir, tuning_db)
     profile_deadline = None if deadline is None else deadline - FINAL_SHARE * max(0.0, deadline - time.monotonic())
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline)
-    progress(Reuse("layer", f"reused the lookup table {path}", "table") if reused
-             else Event("layer", f"wrote the lookup table {path}"))  # fmt: skip
+    if reused:
+        progress(Reuse("layer", f"reused the lookup table {path}", "table"))
+    elif table.notes.get("cut_short"):
+        cut = table.notes["cut_short"]
+        progress(Event("layer", f"the profile was cut short by the deadline ({cut} groups on {REFERENCE_RUNTIME} "
+                                "only): the table is not saved, a later run completes it"))  # fmt: skip
+    else:
+        progress(Event("layer", f"wrote the lookup table {path}"))
     problem = SelectionProblem(table)
     progress(Phase("layer", f"solving with {agent} over {len(problem)} fusion groups", "solve"))
     result = solver.solve(problem, seed)
@@ -333,7 +339,8 @@ def select_segments(
     reference = run_proto(original.proto, grouped.feeds)
     compile_candidates(grouped, candidates, created, threads, reference, progress)
     natives = native_timers(original, grouped.feeds, threads, created)
-    in_time = deadline is None or time.monotonic() < deadline
+    # the refining probe, then a second compile and the final contest: only when it leaves the contest its time
+    in_time = deadline is None or deadline - time.monotonic() > 2 * contest_seconds(timing, len(candidates) + 4)
     if in_time and any(is_mixed(c) and c.engine for c in candidates):
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress)  # fmt: skip
@@ -345,7 +352,7 @@ def select_segments(
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
                                       skip=natively_run(candidates, original))  # fmt: skip
-    stats = time_candidates(grouped, candidates, natives, timing, progress)
+    stats = time_candidates(grouped, candidates, natives, timing, progress, deadline)
     return Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
                      pick(candidates), stats, unavailable)  # fmt: skip
 
@@ -441,11 +448,20 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
 
 
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
-                    timing: MeasureConfig, progress: Listener) -> dict[str, LatencyStats]:  # fmt: skip
-    """The final measurement: every candidate and every native run, in one contest."""
+                    timing: MeasureConfig, progress: Listener,
+                    deadline: float | None = None) -> dict[str, LatencyStats]:  # fmt: skip
+    """The final measurement: every candidate and every native run, in one contest (shortened to end by
+    ``deadline`` when there is one, down to a floor)."""
     runnable = sum(c.engine is not None and c.error is None for c in candidates)
+    if deadline is not None:
+        timing = contest.fit_within(timing, runnable + len(natives), deadline - time.monotonic())
     progress(Phase("layer", f"timing {runnable} plans and {len(natives)} native runs in turns", "measure"))
     return time_candidates_once(candidates, natives, timing, grouped.feeds)
+
+
+def contest_seconds(timing: MeasureConfig, contenders: int) -> float:
+    """About how long the final contest of ``contenders`` takes at ``timing``."""
+    return 2.2 * contenders * timing.min_time_s
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:

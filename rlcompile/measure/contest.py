@@ -121,6 +121,18 @@ def spread_over(timing: MeasureConfig, rounds: int) -> MeasureConfig:
                    min_repeats=max(3, timing.min_repeats * 2 // rounds))  # fmt: skip
 
 
+#: A contest fitted into a deadline still gives each contender at least this ``min_time_s`` (half a second in all).
+FLOOR_TIME_S = 0.25
+
+
+def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> MeasureConfig:
+    """``timing`` shortened, if need be, so that a contest of ``contenders`` (:func:`spread_over` rounds, about
+    twice ``min_time_s`` each, a tenth more for warm-ups) ends within ``seconds``; never below
+    :data:`FLOOR_TIME_S` (the noise then says what the shorter contest costs)."""
+    fitted = seconds / (2.2 * max(contenders, 1))
+    return replace(timing, min_time_s=max(FLOOR_TIME_S, min(timing.min_time_s, fitted)))
+
+
 def time_in_turns(calls: Sequence[Callable[[], object]], config: MeasureConfig = DEFAULT,
                   rounds: int = REPORT_ROUNDS) -> list[LatencyStats]:  # fmt: skip
     """Time several calls in turn, ``rounds`` times over, pooling each one's samples.

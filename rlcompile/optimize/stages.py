@@ -26,6 +26,7 @@ from typing import Protocol
 from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.events import Decision, Event, Listener, Phase, Reuse, Step
+from rlcompile.layer.precision.contract import DEFAULT_TOLERANCE, AccuracyContract
 from rlcompile.layer.selection import Selection, select_segments
 from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
@@ -49,10 +50,28 @@ class StageSettings:
     threads: int = 1
     libraries: str | None = None
     timing: MeasureConfig = DEFAULT
+    #: the accuracy contract (``--precision`` etc.; fp32: exact, as without it)
+    precision: str = "fp32"
+    data: str | None = None
+    metric: str = "rel-l2"
+    tolerance: float = DEFAULT_TOLERANCE
 
     def describe(self) -> dict:
-        """The settings as the manifest and the run key record them (timing is not part of a run's identity)."""
-        return {key: value for key, value in asdict(self).items() if key != "timing"}
+        """The settings as the manifest and the run key record them (timing is not part of a run's identity;
+        the accuracy contract only when it allows a lowered precision)."""
+        exact = self.precision == "fp32"
+        return {key: value for key, value in asdict(self).items()
+                if key != "timing" and not (exact and key in CONTRACT_FIELDS)}  # fmt: skip
+
+    @property
+    def contract(self) -> AccuracyContract:
+        return AccuracyContract(self.precision, Path(self.data) if self.data else None, self.metric, self.tolerance)
+
+
+CONTRACT_FIELDS = ("precision", "data", "metric", "tolerance")
+#: With a lowered precision allowed, the part of the layer stage's time the library choice gets (the precision
+#: searches and their contest the rest).
+LIBRARY_SHARE = 0.4
 
 
 class RunState:
@@ -307,13 +326,26 @@ class LayerStage:
         names = runtimes.parse(settings.libraries, context.tuning_db is not None)
         table_dir = context.work / "tables" / f"kernel-{context.kernel_trials}"
         baseline = context.original if context.current is not context.original else None
+        deadline, contract = self.deadline(context, started), settings.contract
+        library_deadline = deadline if contract.exact else started + LIBRARY_SHARE * (deadline - started)
         selection = select_segments(context.current, settings.layer_agent, settings.seed, settings.threads, names,
                                     context.tuning_db, table_dir, settings.timing, context.progress, mixed=mixed,
-                                    baseline=baseline, deadline=self.deadline(context, started))  # fmt: skip
+                                    baseline=baseline, deadline=library_deadline)  # fmt: skip
+        precision = None
+        if not contract.exact:
+            from rlcompile.layer.precision import choose_precision
+
+            # the searches stop with a fifth of the time left: the final contest and writing need it
+            search_deadline = deadline - 0.2 * max(deadline - time.monotonic(), 0.0)
+            choice = choose_precision(selection, contract, settings.layer_agent, settings.seed,
+                                      context.work / "precision", settings.timing, context.progress,
+                                      deadline=search_deadline, final_deadline=deadline)  # fmt: skip
+            precision = choice.to_dict()
         context.selection = selection
         return LayerRecord(agent=settings.layer_agent, libraries=names, unavailable=selection.unavailable,
                            chosen=selection.chosen.labels, segments=selection.chosen.segments,
-                           library_mix=selection.chosen.library_mix(), wall_s=time.monotonic() - started)  # fmt: skip
+                           library_mix=selection.chosen.library_mix(), wall_s=time.monotonic() - started,
+                           precision=precision)  # fmt: skip
 
     @staticmethod
     def deadline(context: StageContext, started: float) -> float:

@@ -1,7 +1,15 @@
 """Precision as a decision: the searches choose which fusion groups run in int8 and how floats are computed,
-under the accuracy contract the user states (see :mod:`rlcompile.layer.precision.api`)."""
+under the accuracy contract the user states (:mod:`rlcompile.layer.precision.api`; the contract and the
+saved-plan re-check, which the light loader uses, are in :mod:`rlcompile.layer.precision.contract`)."""
 
-from rlcompile.layer.precision.api import PRECISION, PrecisionChoice, choose_precision
-from rlcompile.layer.precision.contract import AccuracyContract
+from __future__ import annotations
 
-__all__ = ["PRECISION", "AccuracyContract", "PrecisionChoice", "choose_precision"]
+
+def choose_precision(*args, **kwargs):
+    """:func:`rlcompile.layer.precision.api.choose_precision`, imported when first called."""
+    from rlcompile.layer.precision.api import choose_precision as choose
+
+    return choose(*args, **kwargs)
+
+
+__all__ = ["choose_precision"]

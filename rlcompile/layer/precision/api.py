@@ -80,8 +80,13 @@ class PrecisionChoice:
 
 def choose_precision(selection: Selection, contract: AccuracyContract, agent: str = "qlearning", seed: int = 0,
                      work: Path | None = None, timing: MeasureConfig = DEFAULT, progress: Listener = ignore,
-                     deadline: float | None = None, max_evaluations: int | None = None) -> PrecisionChoice:  # fmt: skip
-    """Search the precision plans ``contract`` allows; add the best to ``selection`` and pick again, measured."""
+                     deadline: float | None = None, max_evaluations: int | None = None,
+                     final_deadline: float | None = None) -> PrecisionChoice:  # fmt: skip
+    """Search the precision plans ``contract`` allows; add the best to ``selection`` and pick again, measured.
+
+    ``deadline``: when the searches stop; ``final_deadline``: when the final contest should end (it is
+    shortened to, down to a floor).
+    """
     if contract.exact:
         raise RlcompileError("choose_precision: the contract allows fp32 only")
     started = time.monotonic()
@@ -111,7 +116,7 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     natives = make_native_timers(model, grouped.feeds, threads, created)
     for candidate in selection.candidates:
         candidate.measured = None
-    selection.natives = time_candidates(grouped, selection.candidates, natives, timing, progress)
+    selection.natives = time_candidates(grouped, selection.candidates, natives, timing, progress, final_deadline)
     selection.chosen = pick(selection.candidates)
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]

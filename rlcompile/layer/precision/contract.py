@@ -239,3 +239,58 @@ def mean_error(metric: Metric, samples: Samples, reference: list[list[np.ndarray
             raise RlcompileError(f"--metric raised {type(error).__name__}: {first_line(error)}") from None
     return float(np.mean(errors))
 
+
+
+#: A plan below fp32 keeps its held-out samples here (``{i}:sample:{name}``) with the fp32 outputs
+#: (``{i}:fp32:{k}``), so ``rlcompile run`` can measure its error again anywhere.
+VALIDATION = "validation.npz"
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """The error of a saved plan measured again on its saved validation samples."""
+
+    metric: str
+    error: float
+    excess: float
+    tolerance: float
+    samples: int
+
+    @property
+    def within(self) -> bool:
+        return bool(np.isfinite(self.excess)) and self.excess <= self.tolerance + 1e-12
+
+    def to_dict(self) -> dict:
+        return {"metric": self.metric, "error": self.error, "excess": self.excess, "tolerance": self.tolerance,
+                "samples": self.samples, "within": self.within}  # fmt: skip
+
+
+def read_validation(path: Path) -> list[tuple[dict[str, np.ndarray], list[np.ndarray]]]:
+    """(sample, fp32 outputs) pairs from a plan's ``validation.npz``."""
+    with np.load(path, allow_pickle=False) as arrays:
+        entries = {key: arrays[key] for key in arrays.files}
+    count = 1 + max((int(key.split(":", 1)[0]) for key in entries), default=-1)
+    pairs = []
+    for index in range(count):
+        parts = [key.split(":", 2) for key in entries if key.startswith(f"{index}:")]
+        sample = {name: entries[f"{index}:sample:{name}"] for _, kind, name in parts if kind == "sample"}
+        outputs = {int(name): entries[f"{index}:fp32:{name}"] for _, kind, name in parts if kind == "fp32"}
+        pairs.append((sample, [outputs[k] for k in sorted(outputs)]))
+    return pairs
+
+
+def recheck(path: Path, run: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]], metric_name: str,
+            fp32_error: float, tolerance: float) -> Recheck:  # fmt: skip
+    """The plan's error again, on the validation samples saved at ``path`` (``run``: the plan on a sample)."""
+    metric = load_metric(metric_name)
+    pairs = read_validation(path)
+    errors = []
+    for sample, reference in pairs:
+        try:
+            errors.append(float(metric(sample, reference, run(sample))))
+        except RlcompileError:
+            raise
+        except Exception as error:  # the user's metric: one line, never a traceback
+            raise RlcompileError(f"--metric {metric_name} raised {type(error).__name__}: {first_line(error)}") from None
+    error = float(np.mean(errors)) if errors else float("nan")
+    return Recheck(metric_name, error, error - fp32_error, tolerance, len(pairs))

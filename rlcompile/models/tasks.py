@@ -1,0 +1,143 @@
+"""Real tasks with data the project makes itself, no download: what ``--data`` and ``--metric`` are judged on.
+
+- **ocr-rec**: PaddleOCR's recogniser (packaged) reads text lines rendered here with DejaVu Sans (the font
+  matplotlib ships, or Debian's ``fonts-dejavu``); the error is the share of lines whose decoded text
+  (greedy CTC over the model's own character list, read from its metadata) differs from the rendered
+  truth: :func:`text_error`, i.e. ``--metric rlcompile.models.tasks:text_error``.
+- **ocr-cls**: PaddleOCR's direction classifier on such lines, half of them turned 180 degrees; the
+  label is the truth (0: upright, 1: turned) and the metric ``top1``.
+
+``python -m rlcompile.models.tasks ocr-rec DIR --count 200`` writes ``DIR/ocr-rec.npz`` (one file, a
+leading sample axis: the input ``x`` and the truth ``text`` or ``label``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import string
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rlcompile.errors import RlcompileError
+
+#: Where a DejaVu Sans may be: matplotlib's copy (a PyPI wheel), then Debian's fonts-dejavu-core.
+FONT_NAME = "DejaVuSans.ttf"
+DEBIAN_FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+#: What the rendered lines are made of: words of letters and digits, as on labels and documents.
+ALPHABET = string.ascii_letters + string.digits
+SHAPES = {"ocr-rec": (3, 48, 320), "ocr-cls": (3, 48, 192)}
+
+
+def font_path() -> Path:
+    """A DejaVu Sans from an installed package (one line when there is none)."""
+    try:
+        import matplotlib
+
+        bundled = Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf" / FONT_NAME
+        if bundled.is_file():
+            return bundled
+    except ImportError:
+        pass
+    if DEBIAN_FONT.is_file():
+        return DEBIAN_FONT
+    raise RlcompileError("no DejaVu Sans font: install matplotlib (pip) or fonts-dejavu-core (apt)")
+
+
+def random_line(rng: np.random.Generator) -> str:
+    """One to three words of 3-8 letters and digits."""
+    words = [''.join(rng.choice(list(ALPHABET), int(rng.integers(3, 9)))) for _ in range(int(rng.integers(1, 4)))]
+    return " ".join(words)
+
+
+def render(text: str, size: int = 32) -> np.ndarray:
+    """The text in black on white, tightly cropped with a small margin: an RGB uint8 image."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(str(font_path()), size)
+    left, top, right, bottom = font.getbbox(text)
+    margin = size // 4
+    image = Image.new("RGB", (right - left + 2 * margin, bottom - top + 2 * margin), "white")
+    ImageDraw.Draw(image).text((margin - left, margin - top), text, fill="black", font=font)
+    return np.asarray(image)
+
+
+def paddle_input(image: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+    """PaddleOCR's preprocessing: resize to the height keeping the ratio (at most the width), scale to
+    [-1, 1], CHW, pad the width with zeros; a batch of one."""
+    from PIL import Image
+
+    channels, height, width = shape
+    ratio = image.shape[1] / image.shape[0]
+    resized_width = min(width, max(1, int(np.ceil(height * ratio))))
+    resized = np.asarray(Image.fromarray(image).resize((resized_width, height), Image.BILINEAR), np.float32)
+    normalised = (resized.transpose(2, 0, 1) / 255.0 - 0.5) / 0.5
+    padded = np.zeros((channels, height, width), np.float32)
+    padded[:, :, :resized_width] = normalised
+    return padded[None]
+
+
+def ocr_rec_samples(count: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``count`` rendered lines as the recogniser's inputs ``x`` with their ``text``."""
+    rng = np.random.default_rng(seed)
+    texts = [random_line(rng) for _ in range(count)]
+    inputs = np.stack([paddle_input(render(text), SHAPES["ocr-rec"]) for text in texts])
+    return {"x": inputs, "text": np.array(texts)}
+
+
+def ocr_cls_samples(count: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``count`` rendered lines, half turned 180 degrees, as the classifier's inputs ``x`` with ``label``."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, count)
+    images = [render(random_line(rng)) for _ in range(count)]
+    inputs = np.stack([paddle_input(image[::-1, ::-1] if label else image, SHAPES["ocr-cls"])
+                       for image, label in zip(images, labels, strict=True)])  # fmt: skip
+    return {"x": inputs, "label": labels}
+
+
+@functools.cache
+def characters() -> tuple[str, ...]:
+    """The recogniser's classes: CTC blank, its character list (model metadata), and the space."""
+    import onnx
+
+    from rlcompile.models.packaged import packaged_path
+
+    model = onnx.load(str(packaged_path("ocr-rec")), load_external_data=False)
+    listed = next(prop.value for prop in model.metadata_props if prop.key == "character").splitlines()
+    return ("", *listed, " ")
+
+
+def decode(scores: np.ndarray) -> str:
+    """Greedy CTC: the best class per step, repeats merged, blanks dropped."""
+    best = np.asarray(scores).reshape(-1, np.asarray(scores).shape[-1]).argmax(-1)
+    table = characters()
+    kept = [index for position, index in enumerate(best) if index and (position == 0 or best[position - 1] != index)]
+    return "".join(table[index] if index < len(table) else "" for index in kept)
+
+
+def text_error(sample: Mapping[str, np.ndarray], fp32: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
+    """1 when the line's decoded text differs from the rendered truth, else 0 (averaged: the share wrong)."""
+    return float(decode(outputs[0]) != str(sample["text"]))
+
+
+WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="write a task's samples as one .npz (leading sample axis)")
+    parser.add_argument("task", choices=list(WRITERS))
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.directory.mkdir(parents=True, exist_ok=True)
+    target = args.directory / f"{args.task}.npz"
+    np.savez(target, **WRITERS[args.task](args.count, args.seed))
+    print(f"wrote {target} ({args.count} samples)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

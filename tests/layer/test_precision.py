@@ -1,0 +1,154 @@
+"""Precision as a decision: the accuracy contract, int8 per group, the searches, and a saved plan checked again."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from rlcompile.cli import main
+from rlcompile.errors import RlcompileError
+from rlcompile.layer.precision.contract import (
+    VALIDATION,
+    AccuracyContract,
+    load_metric,
+    read_samples,
+    relative_l2,
+    split_samples,
+    top1,
+)
+from rlcompile.layer.precision.quantize import Quantizer
+from rlcompile.layer.precision.solvers import knapsack
+from rlcompile.layer.selection import select_segments
+from rlcompile.measure import QUICK
+from rlcompile.models import load_model
+from rlcompile.plan import load_plan, save_plan
+from rlcompile.saved import time_saved
+
+LENET_INPUT = {"input": ((1, 1, 32, 32), np.dtype(np.float32))}
+
+
+def test_the_knapsack_is_exact_on_small_instances():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        values, costs = rng.random(7), rng.random(7) * 0.5
+        limit = 1.0
+        chosen = knapsack(values, costs, limit)
+        best = max((subset for r in range(8) for subset in itertools.combinations(range(7), r)
+                    if costs[list(subset)].sum() <= limit), key=lambda s: values[list(s)].sum())  # fmt: skip
+        assert costs[chosen].sum() <= limit + 1e-9
+        assert values[chosen].sum() >= values[list(best)].sum() - 0.01  # the cost grid rounds costs up
+
+
+def test_metrics_compare_with_fp32_or_with_labels():
+    reference = [np.array([[0.1, 0.9, 0.0]])]
+    assert relative_l2({}, reference, reference) == 0.0
+    assert top1({}, reference, [np.array([[0.9, 0.1, 0.0]])]) == 1.0
+    assert top1({"label": np.array(1)}, reference, reference) == 0.0
+    assert top1({"label": np.array(2)}, reference, reference) == 1.0
+
+
+def test_samples_in_every_form_are_read_and_split_without_overlap(tmp_path: Path):
+    rng = np.random.default_rng(0)
+    stacked = rng.standard_normal((6, 1, 1, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "all.npz", input=stacked, label=np.arange(6))
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    for index in range(4):
+        np.save(folder / f"{index}.npy", stacked[index, 0])  # the batch axis may be left out
+    assert len(read_samples(tmp_path / "all.npz", LENET_INPUT)) == 6
+    samples = read_samples(folder, LENET_INPUT)
+    assert len(samples) == 4 and samples[0]["input"].shape == (1, 1, 32, 32)
+    calibration, validation = split_samples(read_samples(tmp_path / "all.npz", LENET_INPUT), seed=0)
+    labels = [int(s["label"]) for s in calibration] + [int(s["label"]) for s in validation]
+    assert sorted(labels) == list(range(6)) and len(calibration) == 3
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: np.savez(p / "x.npz", input=np.zeros((3, 1, 1, 16, 16), np.float32)),  # wrong shape
+    lambda p: np.savez(p / "x.npz", image=np.zeros((3, 1, 1, 32, 32), np.float32)),  # no input of that name
+    lambda p: np.savez(p / "x.npz", input=np.zeros((1, 1, 1, 32, 32), np.float32)),  # one sample: cannot split
+    lambda p: (p / "x.npz").write_text("not numpy"),
+])  # fmt: skip
+def test_bad_data_is_refused_in_one_line(tmp_path: Path, make):
+    make(tmp_path)
+    with pytest.raises(RlcompileError):
+        split_samples(read_samples(tmp_path / "x.npz", LENET_INPUT), seed=0)
+
+
+@pytest.mark.parametrize("arguments", [
+    ["--precision", "int4"], ["--precision", "int8", "--tolerance", "-1"], ["--precision", "int8", "--tolerance", "x"],
+    ["--precision", "int8", "--metric", "nowhere_module:f"], ["--precision", "int8", "--metric", "top5"],
+    ["--precision", "int8", "--data", "/nonexistent/samples"], ["--tolerance", "0.1"],
+])  # fmt: skip
+def test_bad_contracts_get_one_line_and_exit_2(capsys, arguments):
+    assert main(["select", "lenet5", *arguments]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("rlcompile: error:")
+
+
+def test_a_metric_from_a_file_is_loaded(tmp_path: Path):
+    (tmp_path / "mine.py").write_text("def error(sample, fp32, outputs):\n    return 0.5\n")
+    assert load_metric(f"{tmp_path / 'mine.py'}:error")({}, [], []) == 0.5
+    with pytest.raises(RlcompileError):
+        load_metric(f"{tmp_path / 'mine.py'}:missing")
+
+
+def test_int8_goes_where_asked_and_calibrates_once(tmp_path: Path):
+    from rlcompile.layer.group_table import group_model
+
+    grouped = group_model(load_model("lenet5"))
+    feeds = [{"input": np.random.default_rng(i).standard_normal((1, 1, 32, 32)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(grouped.proto, feeds, tmp_path)
+    first_conv = next(node.name for node in grouped.proto.graph.node if node.op_type == "Conv")
+    one = quantizer.quantized([first_conv])
+    assert quantizer.cache.is_file()
+    quantizer.calibration = []  # a second plan must not calibrate again
+    every = quantizer.quantized([node.name for node in grouped.proto.graph.node])
+    count = lambda proto: sum(node.op_type == "DequantizeLinear" for node in proto.graph.node)  # noqa: E731
+    assert 0 < count(one) < count(every)
+    assert quantizer.quantized([]) is grouped.proto
+    onnx.checker.check_model(every)
+
+
+@pytest.fixture(scope="module")
+def chosen(tmp_path_factory):
+    """lenet5 through select with int8 allowed on labelled data, and a precision plan saved."""
+    from rlcompile.layer.precision.api import choose_precision
+
+    folder = tmp_path_factory.mktemp("precision")
+    rng = np.random.default_rng(1)
+    np.savez(folder / "data.npz", input=rng.standard_normal((8, 1, 1, 32, 32)).astype(np.float32),
+             label=rng.integers(0, 10, 8))  # fmt: skip
+    selection = select_segments(load_model("lenet5"), "exact", threads=2, table_dir=folder / "tables", timing=QUICK)
+    contract = AccuracyContract("auto", folder / "data.npz", "rel-l2", 0.05)
+    choice = choose_precision(selection, contract, "qlearning", 0, folder / "work", QUICK, max_evaluations=30)
+    return folder, selection, choice
+
+
+def test_every_finalist_is_within_tolerance_and_the_winner_is_the_fastest_measured(chosen):
+    _, selection, choice = chosen
+    assert choice.finalists and len(choice.evaluations) <= 30
+    for candidate in choice.finalists:
+        assert candidate.accuracy.excess <= 0.05 and candidate.accuracy.validation_samples == 4
+        assert candidate.accuracy.data.endswith("data.npz") and candidate.accuracy.real_data
+    measured = [c.measured.median_ms for c in selection.candidates if c.measured]
+    assert selection.chosen.measured.median_ms <= min(measured) * 1.02 + 1e-9
+    assert {s.solver for s in choice.searches} == {"uniform", "greedy", "proxy", "qlearning"}
+    assert all(e.plan.exact or e.failure or np.isfinite(e.error) for e in choice.evaluations)
+
+
+def test_a_saved_precision_plan_is_checked_again_on_its_held_out_samples(chosen, tmp_path: Path):
+    _, selection, choice = chosen
+    selection.chosen = choice.finalists[0]  # whichever won, write a plan below fp32
+    output = save_plan(selection, tmp_path / "plan")
+    assert (output / VALIDATION).is_file()
+    plan = load_plan(output)
+    assert plan.manifest.accuracy.excess <= 0.05
+    timings, _ = time_saved([output], QUICK)
+    assert timings[0].ok and timings[0].accuracy.error == pytest.approx(plan.manifest.accuracy.error, rel=1e-3,
+                                                                       abs=1e-6)  # fmt: skip
+    assert main(["run", str(output), "--quick"]) == 0
