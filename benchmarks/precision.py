@@ -1,0 +1,260 @@
+"""Precision as a decision against what users already have: latency against error, per model.
+
+    python benchmarks/precision.py [--models ocr-rec,ocr-cls,resnet18,mobilenet_v2,bert,ocr-det]
+                                   [--tolerance 0.01] [--samples 64] [--no-nncf] [--out results/precision]
+
+Per model, in one process, alternating (``run_contest``, twin ONNX Runtime sessions give the noise):
+
+- ``ort fp32``, ``openvino fp32``: the model run natively (the reference and the faster fp32 library);
+- ``openvino bf16``: the same with OpenVINO's bf16 hint (where the CPU has it);
+- ``ort int8 (quantize_static)``, ``openvino int8 (quantize_static)``: ONNX Runtime's static QDQ
+  quantization of everything (per-channel weights, uint8 activations, the calibration samples), run by each;
+- ``nncf accuracy control``: NNCF's ``quantize_with_accuracy_control`` on the OpenVINO model at the same
+  tolerance, metric and data, run with the fp32 and the bf16 hint (when ``nncf`` is installed);
+- ours: ``select --precision auto`` (the layer level's fp32 choice, then the precision searches: uniform,
+  NNCF-like greedy, exact proxy optimum, Q-learning); each search's best plan and the one chosen.
+
+Data: ``ocr-rec`` reads rendered text lines (error: share of lines decoded wrong, truth = the rendered
+text), ``ocr-cls`` classifies lines turned 0/180 degrees (top-1 against the truth); the zoo models have
+random weights and random inputs, so only output agreement (relative L2 to fp32) is measured. Every
+error is measured on the held-out half of the samples. Writes ``precision.json`` (merged across runs by
+model) and ``precision.png`` (latency against error, every plan measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from rlcompile import atomic
+from rlcompile.layer.precision.contract import AccuracyContract, Samples, load_metric, mean_error, split_samples
+from rlcompile.machine import cpu_model, cpu_signature, host_cores
+from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, run_contest
+from rlcompile.models import load_model
+from rlcompile.models.onnx_model import random_tensor
+
+console = Console(width=200)
+TASKS = {"ocr-rec": ("rlcompile.models.tasks:text_error", "ocr_rec_samples"),
+         "ocr-cls": ("top1", "ocr_cls_samples")}  # fmt: skip
+TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=1.0)
+
+
+def model_samples(name: str, model, count: int, seed: int) -> tuple[list[dict], str]:
+    """The model's samples and its metric: a real task's, else random inputs and rel-l2."""
+    if name in TASKS:
+        from rlcompile.models import tasks
+
+        metric, writer = TASKS[name]
+        arrays = getattr(tasks, writer)(count, seed)
+        return [{key: value[i] for key, value in arrays.items()} for i in range(count)], metric
+    rng = np.random.default_rng(seed)
+    return [{spec.name: random_tensor(spec, rng) for spec in model.inputs} for _ in range(count)], "rel-l2"
+
+
+def quantize_everything(proto, calibration: list[dict], folder: Path):
+    """ONNX Runtime's static QDQ quantization of the whole model, as its documentation recommends."""
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    from rlcompile.layer.precision.quantize import SampleReader, has_vnni
+
+    source, target = folder / "fp32.onnx", folder / "int8.onnx"
+    onnx.save(proto, str(source))
+    quantize_static(str(source), str(target), SampleReader(calibration), quant_format=QuantFormat.QDQ,
+                    per_channel=True, reduce_range=not has_vnni(), activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)  # fmt: skip
+    return onnx.load(str(target))
+
+
+def nncf_model(proto, samples: Samples, metric, reference, tolerance: float):
+    """NNCF's accuracy-controlled quantization of the OpenVINO model (``None`` when nncf is missing)."""
+    try:
+        import nncf
+    except ImportError:
+        return None, "nncf is not installed (pip install nncf)"
+    import openvino as ov
+
+    model = ov.Core().read_model(proto.SerializeToString())
+    inputs = samples.inputs
+    calibration = nncf.Dataset([samples.feeds(s) for s in samples.calibration])
+
+    def validate(compiled, indices) -> float:
+        errors = []
+        for index in indices:
+            sample = samples.validation[index]
+            outputs = [np.asarray(v) for v in compiled([sample[name] for name in inputs]).values()]
+            errors.append(metric(sample, reference[index], outputs))
+        return -float(np.mean(errors))  # NNCF's metric: higher is better
+
+    validation = nncf.Dataset(list(range(len(samples.validation))))
+    quantized = nncf.quantize_with_accuracy_control(
+        model, calibration, validation, validation_fn=validate, max_drop=tolerance,
+        drop_type=nncf.DropType.ABSOLUTE, subset_size=len(samples.calibration))  # fmt: skip
+    return quantized, None
+
+
+def measure_model(name: str, args: argparse.Namespace) -> dict:
+    """Every contender on one model: error on the held-out samples, latency in one alternating contest."""
+    from rlcompile import runtimes
+    from rlcompile.layer.precision.api import choose_precision
+    from rlcompile.layer.selection import select_segments
+    from rlcompile.runtimes import RuntimeOptions
+    from rlcompile.runtimes.ort import run_proto
+
+    started = time.monotonic()
+    model = load_model(name)
+    everything, metric_name = model_samples(name, model, args.samples, args.seed)
+    calibration, validation = split_samples(everything, args.seed)
+    samples = Samples(calibration, validation, name if name in TASKS else "random", [s.name for s in model.inputs])
+    metric = load_metric(metric_name)
+    reference = [run_proto(model.proto, samples.feeds(s)) for s in validation]
+    fp32_error = mean_error(metric, samples, reference, reference)
+    threads = args.threads or host_cores()
+    ort, openvino = runtimes.create("ort"), runtimes.create("openvino")
+    runners: dict[str, object] = {}
+    notes: dict[str, str] = {}
+    runners["ort fp32"] = ort.compile(model.static_proto(), RuntimeOptions(threads, exclusive=True))
+    runners["ort fp32 (identical session)"] = ort.compile(model.static_proto(), RuntimeOptions(threads, exclusive=True))
+    runners["openvino fp32"] = openvino.compile(model.static_proto(), RuntimeOptions(threads, exclusive=True))
+    if openvino.precisions()["bf16"] is None:
+        runners["openvino bf16"] = openvino.compile(model.static_proto(), RuntimeOptions(threads, True, "bf16"))
+    else:
+        notes["openvino bf16"] = openvino.precisions()["bf16"]
+    with tempfile.TemporaryDirectory() as folder:
+        int8 = quantize_everything(model.static_proto(), [samples.feeds(s) for s in calibration], Path(folder))
+        runners["ort int8 (quantize_static)"] = ort.compile(int8, RuntimeOptions(threads, exclusive=True))
+        runners["openvino int8 (quantize_static)"] = openvino.compile(int8, RuntimeOptions(threads, exclusive=True))
+    nncf_started = time.monotonic()
+    if not args.no_nncf:
+        quantized, why = nncf_model(model.static_proto(), samples, metric, reference, args.tolerance)
+        if quantized is None:
+            notes["nncf"] = why
+        else:
+            import openvino as ov
+
+            for floats in ("fp32", "bf16"):
+                if floats == "bf16" and "openvino bf16" not in runners:
+                    continue
+                config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+                          "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[floats]}  # fmt: skip
+                compiled = ov.Core().compile_model(quantized, "CPU", config)
+                runners[f"nncf accuracy control, {floats} hint"] = nncf_runner(compiled, samples.inputs)
+    nncf_seconds = time.monotonic() - nncf_started
+    ours_started = time.monotonic()
+    selection = select_segments(model, "exact", args.seed, threads, ["ort", "openvino"], mixed=False,
+                                table_dir=Path(args.out) / "tables")  # fmt: skip
+    data_file = Path(args.out) / "data" / f"{name.replace(':', '-')}.npz"
+    data_file.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(data_file, **{key: np.stack([s[key] for s in everything]) for key in everything[0]})
+    contract = AccuracyContract("auto", data_file, metric_name, args.tolerance)
+    choice = choose_precision(selection, contract, "qlearning", args.seed, Path(args.out) / "work" / name)
+    ours_seconds = time.monotonic() - ours_started
+    for candidate in choice.finalists:
+        runners[f"ours: {', '.join(candidate.labels)}"] = candidate.engine
+    chosen = selection.chosen
+    chosen_label = "ours: chosen (" + ", ".join(chosen.labels) + ")"
+    runners[chosen_label] = chosen.engine
+    rows = []
+    for label, runner in runners.items():
+        outputs = [run_named(runner, samples.feeds(s)) for s in validation]
+        error = mean_error(metric, samples, reference, outputs)
+        rows.append({"plan": label, "error": error, "excess": error - fp32_error,
+                     "within": error - fp32_error <= args.tolerance + 1e-12})  # fmt: skip
+    feeds = samples.feeds(validation[0])
+    contenders = [Contender(label, lambda r=runner: run_named(r, feeds),
+                            twin_of="ort fp32" if label == "ort fp32 (identical session)" else None)
+                  for label, runner in runners.items()]  # fmt: skip
+    standings = run_contest(contenders, TIMING, DECISION_ROUNDS)
+    fastest_fp32 = min(standings.median("ort fp32"), standings.median("openvino fp32"))
+    for row in rows:
+        row["ms"] = standings.median(row["plan"])
+        row["vs_fp32"] = row["ms"] / fastest_fp32
+    return {"model": name, "metric": metric_name, "tolerance": args.tolerance, "fp32_error": fp32_error,
+            "samples": {"calibration": len(calibration), "validation": len(validation), "source": samples.source},
+            "noise": standings.noise, "rows": rows, "notes": notes, "chosen": chosen_label,
+            "searches": choice.summary(), "evaluations": len(choice.evaluations),
+            "seconds": {"ours": ours_seconds, "nncf": nncf_seconds, "total": time.monotonic() - started}}  # fmt: skip
+
+
+def nncf_runner(compiled, inputs: list[str]):
+    request = compiled.create_infer_request()
+
+    class Runner:
+        def run(self, feeds):
+            results = request.infer([feeds[name] for name in inputs], share_inputs=True)
+            return [np.asarray(results[i]) for i in range(len(compiled.outputs))]
+
+    return Runner()
+
+
+def run_named(runner, feeds: dict) -> list[np.ndarray]:
+    return [np.asarray(o) for o in runner.run(feeds)]
+
+
+def summary_table(results: dict) -> Table:
+    table = Table(title="precision: latency (alternating) and error on held-out samples")
+    for column in ("model", "plan", "ms", "x fastest fp32", "error", "excess", "within"):
+        table.add_column(column, justify="left" if column in ("model", "plan") else "right")
+    for name, result in results.items():
+        for row in sorted(result["rows"], key=lambda r: r["ms"]):
+            table.add_row(name, row["plan"], f"{row['ms']:.3f}", f"{row['vs_fp32']:.2f}", f"{row['error']:.4g}",
+                          f"{row['excess']:+.2g}", "yes" if row["within"] else "NO")  # fmt: skip
+    return table
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    count = len(results)
+    figure, axes = plt.subplots(1, count, figsize=(5 * count, 4), squeeze=False)
+    for axis, (name, result) in zip(axes[0], results.items(), strict=True):
+        for row in result["rows"]:
+            color = "tab:green" if row["plan"].startswith("ours") else "tab:blue" if "nncf" in row["plan"] else "grey"
+            axis.scatter(max(row["excess"], 1e-6), row["vs_fp32"], color=color, s=18)
+            axis.annotate(row["plan"][:28], (max(row["excess"], 1e-6), row["vs_fp32"]), fontsize=5)
+        axis.axvline(result["tolerance"], color="red", linewidth=0.8)
+        axis.set_xscale("log")
+        axis.set_title(f"{name} ({result['metric']})", fontsize=8)
+        axis.set_xlabel("error above fp32 (held-out)")
+        axis.set_ylabel("latency / fastest fp32")
+    figure.tight_layout()
+    figure.savefig(path, dpi=130)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="ocr-rec,ocr-cls,resnet18,mobilenet_v2,bert,ocr-det")
+    parser.add_argument("--tolerance", type=float, default=0.01)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-nncf", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("results/precision"))
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "precision.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    results = saved.setdefault("models", {})
+    saved["machine"] = {"cpu": cpu_model(), "signature": cpu_signature(), "threads": args.threads or host_cores()}
+    for name in [n for n in args.models.split(",") if n]:
+        console.log(f"{name}: measuring")
+        results[name] = measure_model(name, args)
+        atomic.write_json(path, saved, indent=1)
+    console.print(summary_table(results))
+    plot(results, args.out / "precision.png")
+    console.log(f"wrote {path} and {args.out / 'precision.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
