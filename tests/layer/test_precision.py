@@ -33,14 +33,13 @@ LENET_INPUT = {"input": ((1, 1, 32, 32), np.dtype(np.float32))}
 
 def test_the_knapsack_is_exact_on_small_instances():
     rng = np.random.default_rng(3)
-    for _ in range(20):
-        values, costs = rng.random(7), rng.random(7) * 0.5
-        limit = 1.0
-        chosen = knapsack(values, costs, limit)
+    for _ in range(30):
+        values, costs = rng.random(7), rng.integers(0, 1000, 7) / 2000  # on the solver's grid of costs
+        chosen = knapsack(values, costs, 1.0)
         best = max((subset for r in range(8) for subset in itertools.combinations(range(7), r)
-                    if costs[list(subset)].sum() <= limit), key=lambda s: values[list(s)].sum())  # fmt: skip
-        assert costs[chosen].sum() <= limit + 1e-9
-        assert values[chosen].sum() >= values[list(best)].sum() - 0.01  # the cost grid rounds costs up
+                    if costs[list(subset)].sum() <= 1.0 + 1e-12), key=lambda s: values[list(s)].sum())  # fmt: skip
+        assert costs[chosen].sum() <= 1.0 + 1e-9
+        assert values[chosen].sum() == pytest.approx(values[list(best)].sum())
 
 
 def test_metrics_compare_with_fp32_or_with_labels():

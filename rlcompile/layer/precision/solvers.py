@@ -124,7 +124,7 @@ def knapsack(values: np.ndarray, costs: np.ndarray, limit: float) -> list[int]:
     if limit <= 0:
         return [i for i, cost in enumerate(costs) if cost == 0]
     steps = KNAPSACK_STEPS
-    weights = [int(np.ceil(cost / limit * steps)) if np.isfinite(cost) else steps + 1 for cost in costs]
+    weights = [int(np.ceil(cost / limit * steps - 1e-9)) if np.isfinite(cost) else steps + 1 for cost in costs]
     best = np.full(steps + 1, -np.inf)
     best[0] = 0.0
     keep = np.zeros((len(values), steps + 1), dtype=bool)
