@@ -130,10 +130,12 @@ def chosen(tmp_path_factory):
 
 def test_every_finalist_is_within_tolerance_and_the_winner_is_the_fastest_measured(chosen):
     _, selection, choice = chosen
-    assert choice.finalists and len(choice.evaluations) <= 30
-    for candidate in choice.finalists:
+    assert len(choice.evaluations) <= 30 and any(e.within and not e.plan.exact for e in choice.evaluations)
+    exact_ms = min(e.ms for e in choice.evaluations if e.plan.exact)
+    for candidate in choice.finalists:  # lenet5 is tiny: int8 may well be slower here, then there are none
         assert candidate.accuracy.excess <= 0.05 and candidate.accuracy.validation_samples == 4
         assert candidate.accuracy.data.endswith("data.npz") and candidate.accuracy.real_data
+        assert candidate.predicted_ms < exact_ms
     measured = [c.measured.median_ms for c in selection.candidates if c.measured]
     assert selection.chosen.measured.median_ms <= min(measured) * 1.02 + 1e-9
     assert {s.solver for s in choice.searches} == {"uniform", "greedy", "proxy", "qlearning"}
@@ -141,8 +143,13 @@ def test_every_finalist_is_within_tolerance_and_the_winner_is_the_fastest_measur
 
 
 def test_a_saved_precision_plan_is_checked_again_on_its_held_out_samples(chosen, tmp_path: Path):
+    from rlcompile.layer.precision.api import candidate_of
+
     _, selection, choice = chosen
-    selection.chosen = choice.finalists[0]  # whichever won, write a plan below fp32
+    lowered = min((e for e in choice.evaluations if e.within and not e.plan.exact), key=lambda e: e.error)
+    candidate = candidate_of(choice.evaluator, lowered, selection, choice.contract, choice.samples, choice.fp32_error,
+                             "test")  # fmt: skip
+    selection.chosen = candidate  # whichever won, write a plan below fp32
     output = save_plan(selection, tmp_path / "plan")
     assert (output / VALIDATION).is_file()
     plan = load_plan(output)

@@ -59,6 +59,8 @@ class PrecisionChoice:
     evaluations: list[Evaluation]
     finalists: list[Candidate]
     wall_s: float
+    #: the evaluator the searches shared (its cache holds every plan measured)
+    evaluator: Evaluator | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
         return {search.solver: {"best": search.best.plan.label(self.units) if search.best else None,
@@ -121,10 +123,9 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
     choice = PrecisionChoice(contract, samples, fp32_error, allowed, left_out, len(units), searches, evaluations,
-                             finalists, time.monotonic() - started)  # fmt: skip
+                             finalists, time.monotonic() - started, evaluator)  # fmt: skip
     for candidate in finalists:
         candidate.accuracy.searches = choice.summary()
-        candidate.validation = validation_arrays(samples, reference)
     return choice
 
 
@@ -148,12 +149,14 @@ def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: in
 def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], selection: Selection,
                         contract: AccuracyContract, samples: Samples,
                         fp32_error: float) -> list[Candidate]:  # fmt: skip
-    """The fastest distinct plans within tolerance (each search's best first), as one-segment candidates."""
+    """The fastest distinct plans within tolerance (each search's best first), as one-segment candidates;
+    only plans that the searches' brief timing found faster than every exact (fp32) plan they timed."""
+    exact_ms = min((e.ms for e in evaluator.cache.values() if e.plan.exact and e.failure is None), default=np.inf)
     within = sorted((e for e in evaluator.cache.values() if e.within and e.failure is None and not e.plan.exact),
                     key=lambda e: e.ms)  # fmt: skip
     chosen: list[Evaluation] = []
     for evaluation in [*(s.best for s in searches if s.best and not s.best.plan.exact), *within]:
-        if evaluation not in chosen and len(chosen) < FINALISTS:
+        if evaluation not in chosen and len(chosen) < FINALISTS and evaluation.ms < exact_ms:
             chosen.append(evaluation)
     found_by = {id(s.best): s.solver for s in searches if s.best}
     return [candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"))
@@ -181,6 +184,7 @@ def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Select
         mode={"runtime": plan.mode.runtime, "floats": plan.mode.floats},
         int8_groups=[units[i].group for i in sorted(plan.int8)], evaluations=len(evaluator.visited),
         searches={}, real_data=samples.real)  # fmt: skip
+    candidate.validation = validation_arrays(samples, evaluator.reference)
     return candidate
 
 
