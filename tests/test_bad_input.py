@@ -74,6 +74,11 @@ OPTION_CASES = [
     ("optimize", ["--strategy", "alphazero"], "alphazero"),
     ("optimize", ["--layer-agent", "oracle"], "oracle"),
     ("optimize", ["--levels", "graph,kernels"], "--levels"),
+    ("select", ["--precision", "int4"], "invalid choice"),
+    ("optimize", ["--precision", "int8", "--tolerance", "-0.1"], "--tolerance"),
+    ("optimize", ["--precision", "auto", "--data", "{tmp}/nowhere.npz"], "--data"),
+    ("optimize", ["--precision", "auto", "--metric", "no_such_module:error"], "--metric"),
+    ("select", ["--metric", "top1"], "--precision"),
     ("export", ["--to", "tensorrt"], "invalid choice"),
 ]
 
