@@ -92,7 +92,8 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     if contract.exact:
         raise RlcompileError("choose_precision: the contract allows fp32 only")
     started = time.monotonic()
-    model, grouped, threads = selection.model, selection.grouped, selection.threads
+    model, threads = selection.model, selection.threads
+    grouped = source_graph(selection)
     progress(Phase("precision", f"precision: reading samples and the fp32 reference ({contract.metric})", "data"))
     specs = {spec.name: (tuple(int(d) for d in spec.shape), spec.dtype) for spec in model.inputs}
     samples = load_samples(contract, specs, seed,
@@ -108,7 +109,7 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     quantizer = Quantizer(grouped.proto, [samples.feeds(s) for s in samples.calibration],
                           None if work is None else work / "int8")  # fmt: skip
     evaluator = Evaluator(units, quantizer, created, samples, metric, reference, fp32_error, contract.tolerance,
-                          threads, max_evaluations=max_evaluations or max(40, 4 * len(units) + 12),
+                          threads, grouped=grouped, max_evaluations=max_evaluations or max(40, 4 * len(units) + 12),
                           deadline=deadline)  # fmt: skip
     searches = run_searches(evaluator, allowed, agent, seed, progress)
     finalists = finalist_candidates(evaluator, searches, selection, contract, samples, fp32_error)
@@ -122,11 +123,27 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     selection.chosen = pick(selection.candidates)
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
+    if grouped is not selection.grouped:
+        progress(Event("precision", "precision: lowered the model as the user gave it (the rewritten graph ran "
+                                    "slower in the layer stage's contest)"))  # fmt: skip
     choice = PrecisionChoice(contract, samples, fp32_error, allowed, left_out, len(units), searches, evaluations,
                              finalists, time.monotonic() - started, evaluator)  # fmt: skip
     for candidate in finalists:
         candidate.accuracy.searches = choice.summary()
     return choice
+
+
+def source_graph(selection: Selection):
+    """The graph the precision plans lower: the one the layer stage went on with, unless the graph stage rewrote
+    it and the fastest fp32 plan measured ran the model as the user gave it (then that one, grouped)."""
+    grouped = selection.grouped
+    fastest = min((c for c in selection.candidates if c.measured), key=lambda c: c.measured.median_ms, default=None)
+    rewritten = grouped.original is not None and grouped.original is not selection.model
+    if rewritten and fastest is not None and any("(original graph)" in label for label in fastest.labels):
+        from rlcompile.layer.group_table import group_model
+
+        return group_model(selection.model)
+    return grouped
 
 
 def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: int,
@@ -166,10 +183,10 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
 def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Selection, contract: AccuracyContract,
                  samples: Samples, fp32_error: float, found_by: str) -> Candidate:  # fmt: skip
     """A one-segment candidate that runs ``evaluation``'s plan, with its accuracy record."""
-    grouped, plan = selection.grouped, evaluation.plan
+    source, grouped, plan = evaluator.grouped, selection.grouped, evaluation.plan
     units = evaluator.units
-    segment = Segment(plan.mode.runtime, list(range(len(grouped.groups))), list(grouped.inputs),
-                      list(grouped.outputs), evaluator.model(plan), plan.mode.floats)  # fmt: skip
+    segment = Segment(plan.mode.runtime, list(range(len(source.groups))), list(source.inputs),
+                      list(source.outputs), evaluator.model(plan), plan.mode.floats)  # fmt: skip
     label = f"{PRECISION}{found_by} ({plan.label(len(units))})"
     candidate = Candidate([label], [plan.mode.runtime] * len(grouped.groups), evaluation.ms)
     runner = evaluator.compile(plan, exclusive=True)

@@ -59,6 +59,8 @@ class Evaluator:
     tolerance: float
     threads: int
     timing: MeasureConfig = QUICK
+    #: the grouped model the plans lower (its inputs and outputs are the plans'); units index its groups
+    grouped: object = None
     max_evaluations: int = 200
     deadline: float | None = None
     cache: dict[PrecisionPlan, Evaluation] = field(default_factory=dict)

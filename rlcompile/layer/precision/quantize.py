@@ -24,6 +24,23 @@ from rlcompile.machine import cpu_flags
 
 #: The operators whose int8 kernels make the speed (a group is a choice when it has one).
 QUANTIZED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: Per-channel QuantizeLinear/DequantizeLinear (their ``axis``) exist from this ONNX opset on.
+PER_CHANNEL_OPSET = 13
+
+
+def with_per_channel_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model at opset 13 at least (older exports, e.g. Paddle's opset 11/12, cannot hold per-channel QDQ;
+    ONNX Runtime's quantizer writes it anyway and the result does not load), converted by onnx's converter."""
+    version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), PER_CHANNEL_OPSET)
+    if version >= PER_CHANNEL_OPSET:
+        return proto
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(proto, PER_CHANNEL_OPSET)
+    except Exception as error:  # the converter cannot take every graph: said in one line by the caller
+        raise ModelError(f"cannot raise the model from opset {version} to {PER_CHANNEL_OPSET} for int8: "
+                         f"{first_line(error)}") from None
 
 
 def has_vnni() -> bool:
@@ -53,21 +70,27 @@ class Quantizer:
 
     def __init__(self, proto: onnx.ModelProto, calibration: Sequence[dict[str, np.ndarray]],
                  work: Path | None = None) -> None:  # fmt: skip
-        self.proto = proto
+        self.original = proto
+        #: why this model cannot be quantized (every int8 plan then fails with it), or None
+        self.refusal: str | None = None
+        try:
+            self.proto = with_per_channel_opset(proto)
+        except ModelError as error:
+            self.proto, self.refusal = proto, str(error)
         self.calibration = list(calibration)
         self.temporary = tempfile.TemporaryDirectory(prefix="rlcompile-int8-") if work is None else None
         self.work = Path(work or self.temporary.name)
         self.work.mkdir(parents=True, exist_ok=True)
         self.cache = self.work / "calibration.json"
         self.source = self.work / "float.onnx"
-        onnx.save(proto, str(self.source))
+        onnx.save(self.proto, str(self.source))
         self.models: dict[frozenset[str], onnx.ModelProto] = {}
 
     def quantized(self, nodes: Iterable[str]) -> onnx.ModelProto:
         """The model with ``nodes`` (ONNX node names) in int8; the float model when there are none."""
         key = frozenset(nodes)
         if not key:
-            return self.proto
+            return self.original
         if key not in self.models:
             self.models[key] = self.quantize(sorted(key))
         return self.models[key]
@@ -75,6 +98,8 @@ class Quantizer:
     def quantize(self, nodes: list[str]) -> onnx.ModelProto:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
+        if self.refusal is not None:
+            raise ModelError(self.refusal)
         target = self.work / "int8.onnx"
         quiet = logging.getLogger().level
         logging.getLogger().setLevel(logging.ERROR)  # ORT's advice to pre-process goes to the root logger

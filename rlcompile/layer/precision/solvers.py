@@ -68,6 +68,13 @@ def fastest_int8_mode(evaluator: Evaluator, modes: list[Mode]) -> Mode:
     return min(timed, key=lambda pair: pair[0].ms)[1]
 
 
+def int8_pays(evaluator: Evaluator, modes: list[Mode], mode: Mode) -> bool:
+    """Whether everything in int8 (in ``mode``) ran faster than the fastest float plan: when it does not, lowering
+    only some groups is not expected to either, and the searches built on it stop early."""
+    fastest_float = min(evaluator(PrecisionPlan(m)).ms for m in modes)
+    return evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms < fastest_float
+
+
 def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     """All groups in int8, then raised back by sensitivity until within tolerance (NNCF's rule)."""
     before = len(evaluator.visited)
@@ -75,6 +82,9 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     notes: dict = {}
     try:
         mode = fastest_int8_mode(evaluator, modes)
+        if not evaluator.units or not int8_pays(evaluator, modes, mode):
+            notes["skipped"] = "everything in int8 is not faster than the fastest float plan"
+            return SearchResult("greedy", evaluator.best(plans), len(evaluator.visited) - before, notes)
         current = all_int8(evaluator)
         plans.append(PrecisionPlan(mode, current))
         first = evaluator(plans[-1])
@@ -101,6 +111,9 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     notes: dict = {}
     try:
         mode = fastest_int8_mode(evaluator, modes)
+        if not evaluator.units or not int8_pays(evaluator, modes, mode):
+            notes["skipped"] = "everything in int8 is not faster than the fastest float plan"
+            return SearchResult("proxy", None, len(evaluator.visited) - before, notes)
         float_ms = evaluator(PrecisionPlan(mode)).ms
         lowered_ms = evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms
         saving = weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
