@@ -60,10 +60,15 @@ def deploy_lines(output: Path, manifest: Manifest) -> list[str]:
     used = manifest.runtimes
     latency = manifest.optimize.latency
     settings = f"{manifest.threads} threads"
+    precision = manifest.segments[0].get("precision", "fp32") if manifest.segments else "fp32"
     if used == ["openvino"]:
-        settings += ", latency hint, f32 precision"
+        settings += f", latency hint, {precision} float precision"
     elif used == ["ort"]:
         settings += ", ORT_ENABLE_ALL"
+    if manifest.accuracy is not None:
+        accuracy = manifest.accuracy
+        settings += (f"; {accuracy.plan}, {accuracy.metric} {accuracy.error:.4g} on {accuracy.validation_samples} "
+                     f"held-out samples (fp32 {accuracy.fp32_error:.4g}, tolerance +{accuracy.tolerance:g})")
     noise = f" (identical sessions differed by {100 * latency.noise:.1f}%)" if latency.noise is not None else ""
     return [f"The plan runs on {' + '.join(used)} ({len(manifest.segments)} segment(s), {settings}): "
             f"{latency.speedup:.3f}x the faster of ONNX Runtime and OpenVINO native{noise}.", "",

@@ -15,11 +15,11 @@ from rlcompile.layer.selection import TIE_BAND
 from rlcompile.optimize import OptimizeRequest, StageSettings, optimize
 from rlcompile.verify import compare_outputs
 
-#: Small enough for CI: lenet5, a 60-second budget, the seeds' agents.
+#: Small enough for CI: lenet5, a 45-second budget, the seeds' agents.
 SETTINGS = StageSettings(threads=2)
 
 
-def request(output: Path, levels=("graph", "kernel", "layer"), budget_s: float = 60.0) -> OptimizeRequest:
+def request(output: Path, levels=("graph", "kernel", "layer"), budget_s: float = 45.0) -> OptimizeRequest:
     return OptimizeRequest("lenet5", output, budget_s=budget_s, levels=tuple(levels), settings=SETTINGS)
 
 
@@ -133,3 +133,20 @@ def test_a_graph_search_that_fails_on_a_model_falls_back_to_the_original(tmp_pat
     record = GraphStage().run(context)
     assert not record.kept and "failed on this model" in record.reason and context.current is model
     assert [event.kept for event in events if isinstance(event, Decision)] == [False]
+
+
+def test_a_lowered_precision_is_searched_within_the_budget_and_the_fp32_key_is_unchanged(tmp_path):
+    """``--precision int8`` on the layer stage: the searches run, their record is kept, and whatever wins is within
+    the tolerance (a plan below fp32 then carries its held-out samples); the fp32 default keys runs as before."""
+    from dataclasses import replace
+
+    assert "precision" not in SETTINGS.describe()  # fp32: the run key of today's runs
+    settings = replace(SETTINGS, precision="int8", tolerance=0.05)
+    request = OptimizeRequest("lenet5", tmp_path / "opt", budget_s=25.0, levels=("layer",), settings=settings)
+    result = optimize(request)
+    layer = result.manifest.optimize.stages["layer"]
+    assert layer.precision["contract"]["precision"] == "int8" and layer.precision["evaluations"] >= 2
+    assert result.manifest.optimize.wall_s < 25.0 * 1.1
+    accuracy = result.manifest.accuracy
+    if accuracy is not None:
+        assert accuracy.excess <= 0.05 and (tmp_path / "opt" / "validation.npz").is_file()
