@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlcompile import atomic
+from rlcompile.errors import first_line
 from rlcompile.layer.precision.contract import AccuracyContract, Samples, load_metric, mean_error, split_samples
 from rlcompile.machine import cpu_model, cpu_signature, host_cores
 from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, run_contest
@@ -128,12 +129,24 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     else:
         notes["openvino bf16"] = openvino.precisions()["bf16"]
     with tempfile.TemporaryDirectory() as folder:
-        int8 = quantize_everything(model.static_proto(), [samples.feeds(s) for s in calibration], Path(folder))
-        runners["ort int8 (quantize_static)"] = ort.compile(int8, RuntimeOptions(threads, exclusive=True))
+        from rlcompile.layer.precision.quantize import with_per_channel_opset
+
+        feeds = [samples.feeds(s) for s in calibration]
+        int8 = quantize_everything(model.static_proto(), feeds, Path(folder))
+        try:
+            runners["ort int8 (quantize_static)"] = ort.compile(int8, RuntimeOptions(threads, exclusive=True))
+        except Exception as error:  # Paddle's opset 11/12: per-channel QDQ needs 13, ORT's quantizer writes it anyway
+            why = first_line(error)
+            notes["quantize_static"] = f"as exported, its output does not load ({why}); raised to opset 13"
+            int8 = quantize_everything(with_per_channel_opset(model.static_proto()), feeds, Path(folder))
+            runners["ort int8 (quantize_static)"] = ort.compile(int8, RuntimeOptions(threads, exclusive=True))
         runners["openvino int8 (quantize_static)"] = openvino.compile(int8, RuntimeOptions(threads, exclusive=True))
     nncf_started = time.monotonic()
     if not args.no_nncf:
-        quantized, why = nncf_model(model.static_proto(), samples, metric, reference, args.tolerance)
+        try:
+            quantized, why = nncf_model(model.static_proto(), samples, metric, reference, args.tolerance)
+        except Exception as error:  # NNCF on a graph it cannot take: a result of the comparison, said
+            quantized, why = None, f"nncf failed: {type(error).__name__}: {first_line(error)}"
         if quantized is None:
             notes["nncf"] = why
         else:
