@@ -68,11 +68,18 @@ def fastest_int8_mode(evaluator: Evaluator, modes: list[Mode]) -> Mode:
     return min(timed, key=lambda pair: pair[0].ms)[1]
 
 
-def int8_pays(evaluator: Evaluator, modes: list[Mode], mode: Mode) -> bool:
-    """Whether everything in int8 (in ``mode``) ran faster than the fastest float plan: when it does not, lowering
-    only some groups is not expected to either, and the searches built on it stop early."""
+#: Why greedy and proxy stop at once on some models.
+INT8_DOES_NOT_PAY = "everything in int8 is not faster than the fastest float plan"
+
+
+def paying_int8_mode(evaluator: Evaluator, modes: list[Mode]) -> Mode | None:
+    """The mode whose all-int8 plan ran fastest, when it ran faster than the fastest float plan; else ``None``
+    (lowering only some groups is then not expected to pay either, and the searches built on it stop)."""
+    if not evaluator.units:
+        return None
+    mode = fastest_int8_mode(evaluator, modes)
     fastest_float = min(evaluator(PrecisionPlan(m)).ms for m in modes)
-    return evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms < fastest_float
+    return mode if evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms < fastest_float else None
 
 
 def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
@@ -81,10 +88,9 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     plans: list[PrecisionPlan] = []
     notes: dict = {}
     try:
-        mode = fastest_int8_mode(evaluator, modes)
-        if not evaluator.units or not int8_pays(evaluator, modes, mode):
-            notes["skipped"] = "everything in int8 is not faster than the fastest float plan"
-            return SearchResult("greedy", evaluator.best(plans), len(evaluator.visited) - before, notes)
+        mode = paying_int8_mode(evaluator, modes)
+        if mode is None:
+            return SearchResult("greedy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
         current = all_int8(evaluator)
         plans.append(PrecisionPlan(mode, current))
         first = evaluator(plans[-1])
@@ -110,10 +116,9 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     plans: list[PrecisionPlan] = []
     notes: dict = {}
     try:
-        mode = fastest_int8_mode(evaluator, modes)
-        if not evaluator.units or not int8_pays(evaluator, modes, mode):
-            notes["skipped"] = "everything in int8 is not faster than the fastest float plan"
-            return SearchResult("proxy", None, len(evaluator.visited) - before, notes)
+        mode = paying_int8_mode(evaluator, modes)
+        if mode is None:
+            return SearchResult("proxy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
         float_ms = evaluator(PrecisionPlan(mode)).ms
         lowered_ms = evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms
         saving = weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
