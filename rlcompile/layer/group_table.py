@@ -176,8 +176,7 @@ def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime]
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     table = profile_groups(grouped, created, threads, progress, checkpoint=partial, deadline=deadline)
-    if not table.notes.get("cut_short"):
-        save_table(table, path)
+    if save_table(table, path):
         partial.unlink(missing_ok=True)
     return table, False
 

@@ -99,8 +99,13 @@ def read_table(path: Path, progress: Listener = ignore) -> LookupTable | None:
         return None
 
 
-def save_table(table: LookupTable, path: Path) -> None:
+def save_table(table: LookupTable, path: Path) -> bool:
+    """Write ``table`` to ``path``; returns whether it was written. A table whose profile a deadline cut short
+    (``notes["cut_short"]``) is never written: a later run would reuse it as complete instead of finishing it."""
+    if table.notes.get("cut_short"):
+        return False
     atomic.write_json(path, table.to_json(), indent=1)
+    return True
 
 
 def time_if_agrees(prepare: Callable[[], tuple[Callable[[], object], list]], reference: list, timing: MeasureConfig,

@@ -142,6 +142,7 @@ def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_no
 
     from rlcompile import runtimes
     from rlcompile.layer.group_table import group_model, load_or_profile_groups
+    from rlcompile.layer.table import save_table
 
     grouped = group_model(load_model("lenet5"))
     created = {"ort": runtimes.create("ort"), "openvino": runtimes.create("openvino")}
@@ -151,6 +152,7 @@ def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_no
     assert not reused and table.notes["cut_short"] == len(grouped.groups)
     assert all(set(options) == {"ort"} for options in table.options.values())
     assert not path.exists()  # the next run, with time, profiles every library
+    assert not save_table(table, path) and not path.exists()  # nor does the layer level's refined table save it
     table, _ = load_or_profile_groups(grouped, created, 1, path)
     assert path.exists() and all(set(options) == {"ort", "openvino"} for options in table.options.values())
 
