@@ -340,7 +340,7 @@ def select_segments(
     compile_candidates(grouped, candidates, created, threads, reference, progress)
     natives = native_timers(original, grouped.feeds, threads, created)
     # the refining probe, then a second compile and the final contest: only when it leaves the contest its time
-    in_time = deadline is None or deadline - time.monotonic() > 2 * contest_seconds(timing, len(candidates) + 4)
+    in_time = deadline is None or deadline - time.monotonic() > 2 * contest.contest_seconds(timing, len(candidates) + 4)
     if in_time and any(is_mixed(c) and c.engine for c in candidates):
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress)  # fmt: skip
@@ -457,11 +457,6 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
         timing = contest.fit_within(timing, runnable + len(natives), deadline - time.monotonic())
     progress(Phase("layer", f"timing {runnable} plans and {len(natives)} native runs in turns", "measure"))
     return time_candidates_once(candidates, natives, timing, grouped.feeds)
-
-
-def contest_seconds(timing: MeasureConfig, contenders: int) -> float:
-    """About how long the final contest of ``contenders`` takes at ``timing``."""
-    return 2.2 * contenders * timing.min_time_s
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:

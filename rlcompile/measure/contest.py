@@ -125,11 +125,17 @@ def spread_over(timing: MeasureConfig, rounds: int) -> MeasureConfig:
 FLOOR_TIME_S = 0.25
 
 
+def contest_seconds(timing: MeasureConfig, contenders: int) -> float:
+    """About how long a contest of ``contenders`` takes at ``timing``: :func:`spread_over` rounds give each about
+    twice ``min_time_s``, and warm-ups add a tenth."""
+    return 2.2 * max(contenders, 1) * timing.min_time_s
+
+
 def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> MeasureConfig:
-    """``timing`` shortened, if need be, so that a contest of ``contenders`` (:func:`spread_over` rounds, about
-    twice ``min_time_s`` each, a tenth more for warm-ups) ends within ``seconds``; never below
-    :data:`FLOOR_TIME_S` (the noise then says what the shorter contest costs)."""
-    fitted = seconds / (2.2 * max(contenders, 1))
+    """``timing`` shortened, if need be, so that a contest of ``contenders`` ends within ``seconds``
+    (:func:`contest_seconds`); never below :data:`FLOOR_TIME_S` (the noise then says what the shorter contest
+    costs)."""
+    fitted = timing.min_time_s * seconds / contest_seconds(timing, contenders)
     return replace(timing, min_time_s=max(FLOOR_TIME_S, min(timing.min_time_s, fitted)))
 
 

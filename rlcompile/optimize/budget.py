@@ -6,8 +6,8 @@ share; checking and judging its rewrite take the rest. Time the graph level did 
 kernel level, which always has more to tune, and time it overran is taken from it; the kernel level
 stops at the first batch boundary past its deadline. The layer level's share is its deadline: its
 profile adds libraries per fusion group until the time for it is spent (the default library profiles
-the rest, and the profile resumes in a later run), the refining probe is skipped past the deadline,
-and the final contest, which must not be cut short, always runs.
+the rest, and the profile resumes in a later run), the refining probe runs only when it leaves the
+final contest its time, and the final contest always runs, shortened to fit down to a floor per contender.
 """
 
 from __future__ import annotations
