@@ -35,7 +35,14 @@ from rich.table import Table
 
 from rlcompile import atomic
 from rlcompile.errors import first_line
-from rlcompile.layer.precision.contract import AccuracyContract, Samples, load_metric, mean_error, split_samples
+from rlcompile.layer.precision.contract import (
+    AccuracyContract,
+    Samples,
+    load_metric,
+    mean_error,
+    sample_error,
+    split_samples,
+)
 from rlcompile.machine import cpu_model, cpu_signature, host_cores
 from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, run_contest
 from rlcompile.models import load_model
@@ -91,7 +98,7 @@ def nncf_model(proto, samples: Samples, metric, reference, tolerance: float):
         for index in indices:
             sample = samples.validation[index]
             outputs = [np.asarray(v) for v in compiled([sample[name] for name in inputs]).values()]
-            errors.append(metric(sample, reference[index], outputs))
+            errors.append(sample_error(metric, sample, reference[index], outputs))
         return -float(np.mean(errors))  # NNCF's metric: higher is better
 
     validation = nncf.Dataset(list(range(len(samples.validation))))

@@ -89,6 +89,17 @@ def test_bad_contracts_get_one_line_and_exit_2(capsys, arguments):
     assert len(errors) == 1 and errors[0].startswith("rlcompile: error:")
 
 
+def test_a_metric_that_raises_is_one_line_and_not_a_plan_failure():
+    from rlcompile.layer.precision.contract import MetricError, sample_error
+
+    def broken(sample, fp32, outputs):
+        raise KeyError("text\nsecond line")
+
+    with pytest.raises(MetricError) as raised:
+        sample_error(broken, {}, [], [])
+    assert "\n" not in str(raised.value) and "KeyError" in str(raised.value)
+
+
 def test_a_metric_from_a_file_is_loaded(tmp_path: Path):
     (tmp_path / "mine.py").write_text("def error(sample, fp32, outputs):\n    return 0.5\n")
     assert load_metric(f"{tmp_path / 'mine.py'}:error")({}, [], []) == 0.5

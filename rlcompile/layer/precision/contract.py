@@ -228,16 +228,24 @@ def load_samples(contract: AccuracyContract, inputs: Mapping[str, tuple[tuple[in
     return Samples(calibration, validation, source, list(inputs))
 
 
+class MetricError(RlcompileError):
+    """The user's metric raised: said in one line, and no search can go on without it."""
+
+
+def sample_error(metric: Metric, sample: Mapping[str, np.ndarray], reference: Sequence[np.ndarray],
+                 outputs: Sequence[np.ndarray]) -> float:  # fmt: skip
+    """The metric on one sample; whatever the user's metric raises becomes a one-line :class:`MetricError`."""
+    try:
+        return float(metric(sample, reference, outputs))
+    except Exception as error:
+        raise MetricError(f"--metric raised {type(error).__name__}: {first_line(error)}") from None
+
+
 def mean_error(metric: Metric, samples: Samples, reference: list[list[np.ndarray]],
                outputs: list[list[np.ndarray]]) -> float:  # fmt: skip
     """The metric averaged over the validation samples (``reference``/``outputs`` per sample)."""
-    errors = []
-    for sample, expected, actual in zip(samples.validation, reference, outputs, strict=True):
-        try:
-            errors.append(float(metric(sample, expected, actual)))
-        except Exception as error:  # the user's metric: one line, never a traceback
-            raise RlcompileError(f"--metric raised {type(error).__name__}: {first_line(error)}") from None
-    return float(np.mean(errors))
+    return float(np.mean([sample_error(metric, sample, expected, actual)
+                          for sample, expected, actual in zip(samples.validation, reference, outputs, strict=True)]))
 
 
 
@@ -284,13 +292,6 @@ def recheck(path: Path, run: Callable[[Mapping[str, np.ndarray]], list[np.ndarra
     """The plan's error again, on the validation samples saved at ``path`` (``run``: the plan on a sample)."""
     metric = load_metric(metric_name)
     pairs = read_validation(path)
-    errors = []
-    for sample, reference in pairs:
-        try:
-            errors.append(float(metric(sample, reference, run(sample))))
-        except RlcompileError:
-            raise
-        except Exception as error:  # the user's metric: one line, never a traceback
-            raise RlcompileError(f"--metric {metric_name} raised {type(error).__name__}: {first_line(error)}") from None
+    errors = [sample_error(metric, sample, reference, run(sample)) for sample, reference in pairs]
     error = float(np.mean(errors)) if errors else float("nan")
     return Recheck(metric_name, error, error - fp32_error, tolerance, len(pairs))

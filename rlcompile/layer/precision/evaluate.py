@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from rlcompile.errors import RlcompileError, first_line
-from rlcompile.layer.precision.contract import Metric, Samples, mean_error
+from rlcompile.errors import first_line
+from rlcompile.layer.precision.contract import Metric, MetricError, Samples, mean_error
 from rlcompile.layer.precision.quantize import Quantizer
 from rlcompile.layer.precision.space import PrecisionPlan, Unit
 from rlcompile.measure import QUICK, LatencyStats, MeasureConfig, measure_latency
@@ -90,10 +90,8 @@ class Evaluator:
             evaluation.within = evaluation.excess <= self.tolerance
             evaluation.latency = measure_latency(runner.timer(self.samples.feeds(self.samples.validation[0])),
                                                  self.timing)  # fmt: skip
-        except RlcompileError as error:
-            if "--metric" in str(error):
-                raise  # the user's metric failed: one line, the search cannot go on without it
-            evaluation.failure = first_line(error)
+        except MetricError:
+            raise  # the user's metric failed: one line, the search cannot go on without it
         except Exception as error:  # a plan that cannot be built or run is recorded, never fatal
             evaluation.failure = first_line(error)
         evaluation.seconds = time.monotonic() - started
