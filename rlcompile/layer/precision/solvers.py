@@ -52,14 +52,15 @@ def uniform(evaluator: Evaluator, modes: list[Mode], seed: int, int8: bool = Tru
     return run_plans("uniform", evaluator, plans)
 
 
-def run_plans(name: str, evaluator: Evaluator, plans: list[PrecisionPlan], notes: dict | None = None) -> SearchResult:
+def run_plans(name: str, evaluator: Evaluator, plans: list[PrecisionPlan]) -> SearchResult:
+    """Measure ``plans`` in order until the budget is spent; the best within the contract."""
     before = len(evaluator.visited)
     try:
         for plan in plans:
             evaluator(plan)
     except BudgetSpent:
         pass
-    return SearchResult(name, evaluator.best(plans), len(evaluator.visited) - before, notes or {})
+    return SearchResult(name, evaluator.best(plans), len(evaluator.visited) - before)
 
 
 def fastest_int8_mode(evaluator: Evaluator, modes: list[Mode]) -> Mode:
@@ -217,8 +218,7 @@ def random_search(evaluator: Evaluator, modes: list[Mode], seed: int, count: int
         share = rng.random()
         plans.append(PrecisionPlan(modes[int(rng.integers(len(modes)))],
                                    frozenset(i for i in range(units) if rng.random() < share)))  # fmt: skip
-    result = run_plans("random", evaluator, plans)
-    return result
+    return run_plans("random", evaluator, plans)
 
 
 SOLVERS: dict[str, Callable[..., SearchResult]] = {

@@ -62,10 +62,6 @@ class PrecisionPlan:
     def exact(self) -> bool:
         return self.mode.floats == "fp32" and not self.int8
 
-    def lowered_count(self, units: int) -> int:
-        """How many units compute below fp32 (all of them under bf16): fewer is simpler on a tie."""
-        return units if self.mode.floats == "bf16" else len(self.int8)
-
 
 def modes(lowered: Iterable[str], created: Mapping[str, Runtime]) -> tuple[list[Mode], dict[str, str]]:
     """The modes the contract allows and this machine offers, and why each other one is left out."""
