@@ -223,7 +223,7 @@ def command_tune(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, scheduler=args.scheduler, seed=args.seed, target=args.target, tasks=args.tasks,
         input_shapes=parse_input_shapes(args.input_shape), rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
         strategy_options={"sampling": args.sampling} if args.sampling else {},
-        warm_start=[str(d) for d in args.warm_start],
+        warm_start=[str(d) for d in args.warm_start], cost_model=args.cost_model,
     )  # fmt: skip
     title = f"{args.model}: {args.strategy}, seed {args.seed}, work dir {args.work_dir}"
     with TuneProgress(stderr, title) as progress:
@@ -419,11 +419,32 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", default=None, help="the most the error may exceed fp32's own (default 0.01)")
 
 
+def add_cost_model_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cost-model", default="default", metavar="default|none|PATH",
+                        help="the kernel cost model's pretrained prior: the packaged model of this CPU's vector-ISA "
+                        "class (default), none (cold, as before), or a file from `rlcompile pretrain`")  # fmt: skip
+
+
+def command_pretrain(args: argparse.Namespace) -> int:
+    """Train a kernel cost model on tuning work directories (this project's or a user's own)."""
+    from rlcompile.kernel.pretrained import Dataset, train
+    from rlcompile.tvm_bridge import resolve_target
+
+    with stderr.status(f"reading the measurements of {len(args.work_dirs)} work directories"):
+        dataset = Dataset.from_work_dirs(args.work_dirs, resolve_target(args.target))
+    with stderr.status(f"training on {len(dataset)} measurements of {len(set(dataset.tasks))} tasks"):
+        model = train(dataset, seed=args.seed)
+    path = model.save(args.output)
+    stdout.print(f"wrote {path}: {model.name}, vector-ISA class {model.isa}")
+    return 0
+
+
 def command_optimize(args: argparse.Namespace) -> int:
     """graph -> kernel -> layer on one model, each stage measured; writes a plan directory with its report."""
     from rlcompile import runtimes
     from rlcompile.export import export_command
     from rlcompile.kernel import strategies
+    from rlcompile.kernel.pretrained import resolve as resolve_cost_model
     from rlcompile.layer import solvers
     from rlcompile.machine import host_cores
     from rlcompile.models import parse_input_shapes
@@ -448,7 +469,9 @@ def command_optimize(args: argparse.Namespace) -> int:
     if args.libraries:
         runtimes.parse(args.libraries)
     contract = accuracy_contract(args)
-    settings = StageSettings(graph_agent=args.graph_agent, strategy=args.strategy, layer_agent=args.layer_agent,
+    resolve_cost_model(args.cost_model)
+    settings = StageSettings(graph_agent=args.graph_agent, strategy=args.strategy, cost_model=args.cost_model,
+                             layer_agent=args.layer_agent,
                              trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
                              libraries=args.libraries, precision=contract.precision,
                              data=str(Path(contract.data).resolve()) if contract.data else None,
@@ -610,6 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="earlier work directories (this machine, this target) whose measurements train the cost model "
         "before the first batch",
     )  # fmt: skip
+    add_cost_model_flag(tune)
     tune.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
     tune.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on remote devices")
     tune.add_argument("--rpc-key", default=None, help="device key registered with the RPC tracker")
@@ -700,6 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--graph-agent", default="ppo", help=f"{choices(GRAPH_AGENTS)} (default ppo)")
     optimize.add_argument("--strategy", default="chameleon", help=f"kernel search: {choices(KERNEL_STRATEGIES)} "
                           "(default chameleon)")  # fmt: skip
+    add_cost_model_flag(optimize)
     optimize.add_argument("--layer-agent", default="qlearning", help=choices(LAYER_SOLVERS))
     optimize.add_argument("--trials", type=int, default=None, help="kernel: at most this many measurements "
                           "(default 32 per task), within the time share")  # fmt: skip
@@ -719,6 +744,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", type=Path, required=True, help="the directory to write")
     add_measure_arguments(export)
     export.set_defaults(handler=command_export)
+
+    pretrain = commands.add_parser("pretrain", help="train a kernel cost model on tuning work directories")
+    pretrain.add_argument("work_dirs", nargs="+", type=Path, metavar="WORK_DIR",
+                          help="tuning work directories (one vector-ISA class; any machine of it)")
+    pretrain.add_argument("-o", "--output", type=Path, required=True, help="the model file to write (.json)")
+    pretrain.add_argument("--target", default="llvm", help="TVM target the directories were tuned for")
+    pretrain.add_argument("--seed", type=int, default=0)
+    pretrain.set_defaults(handler=command_pretrain)
 
     build = commands.add_parser("build", help="compile a model with tuned records into a deployable .tar")
     add_model_arguments(build)

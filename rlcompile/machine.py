@@ -84,6 +84,24 @@ def cpu_flags() -> frozenset[str]:
     return frozenset((fields.get("flags") or fields.get("Features") or "").split())
 
 
+#: Vector-ISA classes, widest first: what a kernel cost model learned on one class transfers within it.
+ISA_CLASSES = ("avx512", "avx2", "generic")
+
+
+def isa_class(flags: frozenset[str] | set[str] | None = None) -> str:
+    """The vector-ISA class of a CPU from its flags (this CPU's when None): ``avx512`` (AVX-512F),
+    ``avx2`` (AVX2 with FMA) or ``generic``. A Zen 4 and a Sapphire Rapids are both ``avx512``."""
+    flags = cpu_flags() if flags is None else flags
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= set(flags) else "generic"
+
+
+def isa_class_of_signature(signature: str) -> str:
+    """:func:`isa_class` of a recorded :func:`cpu_signature` (it lists the vector extensions)."""
+    return isa_class(frozenset(signature.split()))
+
+
 @functools.cache
 def cpu_signature() -> str:
     """What tells apart CPUs that share a marketing name (every EPYC under KVM is "AMD EPYC"): vendor,

@@ -78,6 +78,8 @@ class KernelRecord(Record):
     skipped: str | None = None
     #: tasks whose design space TVM cannot build, with why (they keep TVM's default schedule)
     skipped_tasks: dict[str, str] | None = None
+    #: what the tasks' cost model started from: "cold" or the pretrained model's name
+    cost_model: str = "cold"
 
 
 @dataclass

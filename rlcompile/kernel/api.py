@@ -15,6 +15,8 @@ from rlcompile.errors import BudgetError, RlcompileError
 from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer, MeasureSettings, RpcSpec
+from rlcompile.kernel.pretrained import PretrainedModel
+from rlcompile.kernel.pretrained import resolve as resolve_cost_model
 from rlcompile.kernel.tasks import SEED_LAYERS, Task, extract_tasks, extract_tasks_cached, seed_layer
 from rlcompile.kernel.transfer import WarmStart
 from rlcompile.kernel.tuner import DEFAULT_BATCH_SIZE, Callback, TaskState, Tuner
@@ -78,6 +80,9 @@ class TuneRequest:
     strategy_options: dict = field(default_factory=dict)
     #: earlier work directories on this machine whose measurements warm-start the knob cost model
     warm_start: list = field(default_factory=list)
+    #: the pretrained prior of every task's cost model: "default" (the packaged model of this CPU's vector-ISA
+    #: class), "none" (cold) or a model file (``rlcompile pretrain``)
+    cost_model: str = "default"
 
 
 def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
@@ -97,13 +102,16 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
     schedulers.create(request.scheduler)
     target = resolve_target(request.target)
     rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None
+    pretrained = resolve_cost_model(request.cost_model, remote=rpc is not None)
     with exclusive(request.work_dir, "tuning work directory"):
-        return tune_locked(request, target, rpc, callbacks, on_start, model, deadline, settings or MeasureSettings())
+        return tune_locked(request, target, rpc, callbacks, on_start, model, deadline, settings or MeasureSettings(),
+                           pretrained)  # fmt: skip
 
 
 def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Sequence[Callback],
                 on_start: Callable[[list[Task]], None] | None, model: LoadedModel | None,
-                deadline: float | None, settings: MeasureSettings) -> list[TaskState]:  # fmt: skip
+                deadline: float | None, settings: MeasureSettings,
+                pretrained: PretrainedModel | None = None) -> list[TaskState]:  # fmt: skip
     """:func:`tune`'s work, with the work directory locked against a second process.
 
     The measurer (build workers, runner, RPC connection) starts in a background thread while the model is
@@ -139,6 +147,7 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
             deadline=deadline,
             scheduler=request.scheduler,
             warm_start=warm,
+            pretrained=pretrained,
         )
         return tuner.run()
 

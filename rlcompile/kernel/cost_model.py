@@ -8,12 +8,17 @@ asks for thousands of rewards per batch needs: MetaSchedule's own XGB model extr
 from a post-processed schedule (~3.4 ms per candidate here, plus ~12 ms to replay the schedule), so
 ``evolutionary`` keeps it, natively, and the other strategies use this one. Both are trained on the same
 measurements.
+
+With a pretrained prior (:mod:`rlcompile.kernel.pretrained`, ``--cost-model``) the model ranks from the first
+batch: before the run has measured enough, predictions are the pretrained model's; afterwards XGBoost
+boosts trees on the run's own measurements on top of the pretrained predictions (its base margin), so
+the run's data corrects the prior where this task differs instead of starting over.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -53,8 +58,11 @@ class KnobXGB:
 
     name = "knob-xgb"
 
-    def __init__(self, space: KnobSpace, seed: int = 0, prior: Prior | None = None) -> None:
+    def __init__(self, space: KnobSpace, seed: int = 0, prior: Prior | None = None,
+                 pretrained: Callable[[Sequence[Config]], np.ndarray] | None = None) -> None:  # fmt: skip
         self.space = space
+        #: the pretrained model's prediction for this task's configurations (a TaskPrior), or None (cold)
+        self.pretrained = pretrained
         self.seed = seed
         #: measurements of other tasks with this space's structure (``--warm-start``): trained on from the start
         self.prior = prior
@@ -67,7 +75,8 @@ class KnobXGB:
 
     @property
     def trained(self) -> bool:
-        return self.booster is not None
+        """Whether predictions mean anything yet: trained on measurements, or starting from a pretrained prior."""
+        return self.booster is not None or self.pretrained is not None
 
     def update(self, configs: Sequence[Config | None], seconds: Sequence[float | None]) -> None:
         """Add measurements (``None`` seconds = failed) and retrain."""
@@ -88,20 +97,35 @@ class KnobXGB:
         prior_size = len(self.prior) if self.prior is not None else 0
         if len(valid) + prior_size < MIN_TRAINING_SAMPLES:
             return
-        parts = [(self.prior.features, self.prior.labels)] if self.prior is not None else []
+        parts = [(self.prior.features, self.prior.labels, self.prior_margin())] if self.prior is not None else []
         if self.configs:
             best = min(valid, default=math.inf)
             labels = np.array([best / c if math.isfinite(c) else 0.0 for c in self.costs], dtype=np.float32)
-            parts.append((self.features(self.configs), labels))
-        matrix = xgb.DMatrix(np.concatenate([f for f, _ in parts]), label=np.concatenate([y for _, y in parts]))
+            parts.append((self.features(self.configs), labels, self.margin(self.configs)))
+        matrix = xgb.DMatrix(np.concatenate([f for f, _, _ in parts]), label=np.concatenate([y for _, y, _ in parts]))
+        if self.pretrained is not None:
+            matrix.set_base_margin(np.concatenate([m for _, _, m in parts]))
         self.booster = xgb.train(XGB_PARAMS | {"seed": self.seed}, matrix, num_boost_round=BOOST_ROUNDS)
+
+    def margin(self, configs: Sequence[Config]) -> np.ndarray | None:
+        """The pretrained predictions the run's own trees are boosted on (None when cold)."""
+        return self.pretrained(configs) if self.pretrained is not None else None
+
+    def prior_margin(self) -> np.ndarray | None:
+        """Warm-start rows come from other tasks: the pretrained model's mean stands in for their margin."""
+        if self.pretrained is None:
+            return None
+        return np.full(len(self.prior), float(np.mean(self.prior.labels)))
 
     def predict(self, configs: Sequence[Config]) -> np.ndarray:
         """Predicted relative throughput; uniform random before there is enough data to train."""
         if not configs:
             return np.zeros(0)
         if self.booster is None:
-            return self.rng.uniform(0, 1, len(configs))
+            return self.margin(configs) if self.pretrained is not None else self.rng.uniform(0, 1, len(configs))
         import xgboost as xgb
 
-        return self.booster.predict(xgb.DMatrix(self.features(configs))).astype(np.float64)
+        matrix = xgb.DMatrix(self.features(configs))
+        if self.pretrained is not None:
+            matrix.set_base_margin(self.margin(configs))
+        return self.booster.predict(matrix).astype(np.float64)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlcompile.kernel import strategies
 from rlcompile.kernel.measurer import Measurer
+from rlcompile.kernel.pretrained import PretrainedModel
 from rlcompile.kernel.tasks import Task
 from rlcompile.kernel.transfer import WarmStart
 from rlcompile.kernel.tuner import Tuner
@@ -42,18 +43,19 @@ def warm_up() -> None:
 
 def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch_size: int, work_dir: Path,
                  measurer: Measurer, log: Callable[[str], None] = print, scheduler: str = "round-robin",
-                 warm_start: WarmStart | None = None) -> dict:  # fmt: skip
+                 warm_start: WarmStart | None = None, pretrained: PretrainedModel | None = None) -> dict:  # fmt: skip
     """Tune ``tasks`` from scratch with strategy ``spec`` (e.g. ``sa+adaptive``); return the summary.
 
     ``scheduler``: round-robin by default, so that every strategy gets the same budget per task and the
-    comparison is between searches, not between allocations driven by what each search found.
+    comparison is between searches, not between allocations driven by what each search found. Cold unless a
+    ``pretrained`` prior is given (the benchmarks compare searches from the same starting point).
     """
     shutil.rmtree(work_dir, ignore_errors=True)
     name, options = strategies.parse_spec(spec)
     started = time.perf_counter()
     make = functools.partial(strategies.create, name, seed=seed, **options)
     states = Tuner(tasks, make, WorkDir(work_dir, "llvm"), measurer, trials=trials, batch_size=batch_size,
-                   seed=seed, scheduler=scheduler, warm_start=warm_start).run()  # fmt: skip
+                   seed=seed, scheduler=scheduler, warm_start=warm_start, pretrained=pretrained).run()  # fmt: skip
     summary = {
         "strategy": spec,
         "seed": seed,

@@ -21,6 +21,7 @@ from rlcompile.errors import BudgetError, RlcompileError, first_line
 from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel.cost_model import MIN_TRAINING_SAMPLES, KnobXGB
 from rlcompile.kernel.measurer import DEVICE_LOST, Measurement, Measurer
+from rlcompile.kernel.pretrained import PretrainedModel
 from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.strategies import SearchContext, SearchStrategy
 from rlcompile.kernel.strategies.base import Proposal
@@ -69,6 +70,8 @@ class TaskState:
     batch_bests: list[float] = field(default_factory=list)
     #: measurements of other tasks the cost model started from (``--warm-start``)
     warm_start_samples: int = 0
+    #: what the task's cost model started from: "cold", or the pretrained model's name
+    cost_model: str = "cold"
     #: why the task cannot be tuned at all (its design space cannot be built or replayed); it keeps TVM's
     #: default schedule and the other tasks are tuned
     skipped: str | None = None
@@ -103,7 +106,8 @@ class TaskState:
             "search_seconds": self.strategy.stats.search_seconds, "measure_seconds": self.measure_seconds,
             "elapsed_seconds": self.elapsed_seconds, "search": self.strategy.stats.to_dict(),
             "exhausted": self.exhausted, "device_lost": self.device_lost, "batches": self.batches,
-            "warm_start_samples": self.warm_start_samples, "skipped": self.skipped, "history": self.history,
+            "warm_start_samples": self.warm_start_samples, "cost_model": self.cost_model, "skipped": self.skipped,
+            "history": self.history,
         }  # fmt: skip
 
 
@@ -117,6 +121,9 @@ class Tuner:
     by the task ``scheduler`` (:mod:`rlcompile.kernel.scheduler`); a task's ``budget`` is what it has been
     granted so far. Measurements restored from the journal count against the total. ``warm_start``: the
     knob cost model of each task starts trained on earlier work directories' tasks of the same structure.
+    ``pretrained``: the prior every task's cost model starts from and fine-tunes (``--cost-model``); the
+    strategies that use MetaSchedule's own model (``evolutionary``) then rank with this one too, so
+    comparisons still differ only in search.
     """
 
     def __init__(
@@ -132,6 +139,7 @@ class Tuner:
         deadline: float | None = None,
         scheduler: str = "gradient",
         warm_start: WarmStart | None = None,
+        pretrained: PretrainedModel | None = None,
     ) -> None:
         if not tasks:
             raise BudgetError("no task to tune")
@@ -147,6 +155,7 @@ class Tuner:
         self.deadline = deadline
         self.ms_cost_model = None
         self.warm_start = warm_start
+        self.pretrained = pretrained
 
     @property
     def out_of_time(self) -> bool:
@@ -192,10 +201,14 @@ class Tuner:
             space = KnobSpace.for_task(tune_context)
             prior = self.prior_for(space)
             state.warm_start_samples = len(prior) if prior is not None else 0
-            state.context = SearchContext(task=task, tune_context=tune_context, space=space,
-                                          cost_model=KnobXGB(space, self.seed, prior),
-                                          database=self.work_dir.database,
-                                          ms_cost_model=self.shared_ms_cost_model(), seed=self.seed)  # fmt: skip
+            bound = self.pretrained.bind(space, task.flops) if self.pretrained is not None else None
+            state.cost_model = self.pretrained.name if self.pretrained is not None else "cold"
+            cost_model = KnobXGB(space, self.seed, prior, bound)
+            native = bound is None or not getattr(state.strategy, "uses_ms_cost_model", False)
+            ms_cost_model = self.shared_ms_cost_model() if native else knob_model_for_metaschedule(cost_model)
+            state.context = SearchContext(task=task, tune_context=tune_context, space=space, cost_model=cost_model,
+                                          database=self.work_dir.database, ms_cost_model=ms_cost_model,
+                                          seed=self.seed)  # fmt: skip
         return state.context
 
     def prior_for(self, space: KnobSpace) -> Prior | None:
@@ -342,3 +355,33 @@ class Tuner:
     def notify(self, state: TaskState) -> None:
         for callback in self.callbacks:
             callback(state)
+
+
+def knob_model_for_metaschedule(cost_model: KnobXGB):
+    """The knob cost model (pretrained prior included) behind MetaSchedule's cost-model interface, so
+    MetaSchedule's evolutionary search ranks with it. It learns through the tuner's own updates, so its
+    ``update`` does nothing; a candidate whose configuration cannot be read back ranks last."""
+    import numpy as np
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+    @derived_object
+    class KnobCostModel(PyCostModel):
+        def load(self, path: str) -> None:
+            pass
+
+        def save(self, path: str) -> None:
+            pass
+
+        def update(self, context, candidates, results) -> None:
+            pass
+
+        def predict(self, context, candidates) -> np.ndarray:
+            configs = [cost_model.space.from_schedule(candidate.sch) for candidate in candidates]
+            known = [i for i, config in enumerate(configs) if config is not None]
+            scores = np.full(len(candidates), -1.0, dtype="float64")
+            if known:
+                scores[known] = cost_model.predict([configs[i] for i in known])
+            return scores
+
+    return KnobCostModel()

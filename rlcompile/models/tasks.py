@@ -6,6 +6,9 @@
   truth: :func:`text_error`, i.e. ``--metric rlcompile.models.tasks:text_error``.
 - **ocr-cls**: PaddleOCR's direction classifier on such lines, half of them turned 180 degrees; the
   label is the truth (0: upright, 1: turned) and the metric ``top1``.
+- **lenet-digits**: the zoo's LeNet-5 trained here on scikit-learn's handwritten digits (bundled with it;
+  8x8 images scaled to 32x32); the samples are digits it was not trained on, with their true ``label``:
+  ``--metric top1``. Writes the trained model next to them (``DIR/lenet-digits.onnx``).
 
 ``python -m rlcompile.models.tasks ocr-rec DIR --count 200`` writes ``DIR/ocr-rec.npz`` (one file, a
 leading sample axis: the input ``x`` and the truth ``text`` or ``label``).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import string
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -123,19 +127,57 @@ def text_error(sample: Mapping[str, np.ndarray], fp32: Sequence[np.ndarray], out
     return float(decode(outputs[0]).strip() != str(sample["text"]))
 
 
+def lenet_digits(directory: Path, count: int, seed: int = 0, epochs: int = 30) -> dict[str, np.ndarray]:
+    """Train LeNet-5 on all digits but ``count`` held out, write it as ``DIR/lenet-digits.onnx``, and return the
+    held-out digits with their labels (the model never saw them)."""
+    import torch
+    from sklearn.datasets import load_digits
+
+    from rlcompile.models.cnn import LeNet5
+    from rlcompile.models.zoo import OPSET
+
+    digits = load_digits()
+    if not 0 < count < len(digits.target) // 2:
+        raise RlcompileError(f"--count must be between 1 and {len(digits.target) // 2 - 1} for lenet-digits")
+    images = np.kron(digits.images / 16.0, np.ones((4, 4)))[:, None].astype(np.float32)  # 8x8 -> 32x32
+    order = np.random.default_rng(seed).permutation(len(images))
+    held, train = order[:count], order[count:]
+    torch.manual_seed(seed)
+    model = LeNet5()
+    optimiser = torch.optim.Adam(model.parameters(), lr=2e-3)
+    x, y = torch.from_numpy(images[train]), torch.from_numpy(digits.target[train]).long()
+    for _ in range(epochs):
+        for batch in torch.randperm(len(train)).split(64):
+            optimiser.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            optimiser.step()
+    model.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice, as in the zoo's export
+        torch.onnx.export(model, (torch.from_numpy(images[:1]),), str(directory / "lenet-digits.onnx"), dynamo=False,
+                          input_names=["input"], output_names=["output"], opset_version=OPSET)  # fmt: skip
+    return {"input": images[held], "label": digits.target[held].astype(np.int64)}
+
+
 WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples}
+TRAINED = {"lenet-digits": lenet_digits}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="write a task's samples as one .npz (leading sample axis)")
-    parser.add_argument("task", choices=list(WRITERS))
+    parser.add_argument("task", choices=[*WRITERS, *TRAINED])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.directory.mkdir(parents=True, exist_ok=True)
     target = args.directory / f"{args.task}.npz"
-    np.savez(target, **WRITERS[args.task](args.count, args.seed))
+    if args.task in TRAINED:
+        samples = TRAINED[args.task](args.directory, args.count, args.seed)
+        print(f"wrote {args.directory / args.task}.onnx (trained here)")
+    else:
+        samples = WRITERS[args.task](args.count, args.seed)
+    np.savez(target, **samples)
     print(f"wrote {target} ({args.count} samples)")
     return 0
 

@@ -44,6 +44,8 @@ class StageSettings:
 
     graph_agent: str = "ppo"
     strategy: str = "chameleon"
+    #: the kernel cost model's pretrained prior (``--cost-model``: default, none or a file)
+    cost_model: str = "default"
     layer_agent: str = "qlearning"
     trials: int | None = None
     seed: int = 0
@@ -282,7 +284,7 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
     settings, started = context.settings, time.monotonic()
     model = clean_model(context.current)  # the convolutions the layer stage's TVM segments will have
     request = TuneRequest(model=model.name, work_dir=context.work / TUNING, strategy=settings.strategy,
-                          trials=settings.trials, seed=settings.seed)  # fmt: skip
+                          trials=settings.trials, seed=settings.seed, cost_model=settings.cost_model)  # fmt: skip
 
     def report(state) -> None:
         on_batch()
@@ -301,7 +303,7 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
                         resumed_trials=sum(state.resumed for state in states),
                         failed_trials=sum(state.failures for state in states),
                         best_ms={state.task.label: state.best_seconds * 1e3 for state in tuned},
-                        wall_s=time.monotonic() - started,
+                        wall_s=time.monotonic() - started, cost_model=states[0].cost_model if states else "cold",
                         skipped_tasks={s.task.label: s.skipped for s in states if s.skipped} or None)  # fmt: skip
 
 
