@@ -139,3 +139,24 @@ def test_pretrain_command_writes_a_model_that_tune_takes(source_dir, tmp_path) -
                  "--strategy", "sa", "--cost-model", str(output)]) == 0  # fmt: skip
     summary = json.loads((tmp_path / "work" / "tune_summary.json").read_text())
     assert summary["tasks"][0]["cost_model"].startswith("pretrained")
+
+
+def reshape_task(target) -> Task:
+    """A task with no knob at all (a copy into another shape): nothing for a search to steer."""
+    from tvm import te
+
+    from rlcompile.tvm_bridge import tvm
+
+    a = te.placeholder((4, 8), name="A")
+    b = te.compute((32,), lambda i: a[i // 8, i % 8], name="B")
+    return Task(name="reshape", label="reshape -> 32", mod=tvm.IRModule({"main": te.create_prim_func([a, b])}),
+                target=target)  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["sa", "chameleon"])
+def test_a_task_without_knobs_is_tuned_with_a_prior_too(small_model, strategy, target, tmp_path) -> None:
+    task = reshape_task(target)
+    assert not KnobSpace.for_task(tune_context(task)).knobs
+    state = Tuner([task], lambda: strategies.create(strategy, seed=0), WorkDir(tmp_path, "llvm"), Measurer(target),
+                  trials=4, batch_size=4, pretrained=small_model).run()[0]  # fmt: skip
+    assert state.valid and state.skipped is None

@@ -50,7 +50,7 @@ class SimulatedAnnealing(SearchStrategy):
         self.steps_per_batch: list[int] = []
 
     def _propose(self, count: int) -> list[Proposal]:
-        if not self.context.cost_model.trained:
+        if not self.model_guided():
             self.stats.steps += 1
             return self.random_proposals(count)
         greedy = max(1, round(count * (1 - self.epsilon)))

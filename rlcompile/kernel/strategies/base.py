@@ -119,6 +119,11 @@ class SearchStrategy(ABC):
 
     # helpers shared by the knob-space strategies
 
+    def model_guided(self) -> bool:
+        """Whether a search guided by the cost model makes sense yet: its predictions mean something (trained on
+        measurements, or a pretrained prior) and the task has knobs to search (a reshape may have none)."""
+        return self.context.cost_model.trained and bool(self.context.space.knobs)
+
     def predict(self, configs: Sequence[Config]) -> np.ndarray:
         self.stats.predictions += len(configs)
         return self.context.cost_model.predict(list(configs))

@@ -95,7 +95,7 @@ class PPOSearch(SearchStrategy):
         self.network.load_state_dict(state["network"])
 
     def _propose(self, count: int) -> list[Proposal]:
-        if not self.context.cost_model.trained:
+        if not self.model_guided():
             self.stats.steps += 1
             return self.random_proposals(count)
         trajectory, scores = self.search()
