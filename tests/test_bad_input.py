@@ -27,9 +27,10 @@ COMMANDS = {
     "optimize": ["optimize", "{model}", "-o", "{out}/opt", "--levels", "layer"],
     "graph-train": ["graph-train", "--models", "{model}", "--checkpoint", "{out}/agent.pt", "--train-episodes", "1"],
     "export": ["export", "{model}", "--to", "onnxruntime", "-o", "{out}/exported"],
+    "pretrain": ["pretrain", "{model}", "-o", "{out}/model.json"],
 }
-#: Commands that take a model (export takes a plan directory: its own cases are below).
-MODEL_COMMANDS = [name for name in COMMANDS if name != "export"]
+#: Commands that take a model (export takes a plan directory, pretrain work directories: their cases are below).
+MODEL_COMMANDS = [name for name in COMMANDS if name not in ("export", "pretrain")]
 
 #: Bad models: (model placeholder, extra flags, what the line must say).
 MODEL_CASES = {
@@ -92,6 +93,13 @@ EXPORT_CASES = {
     "missing": ("{tmp}/nowhere", "is not an rlcompile plan directory"),
 }
 
+#: Bad sources for ``pretrain`` (the model slot holds a work directory): (placeholder, what the line must say).
+PRETRAIN_CASES = {
+    "not a work directory": ("{tmp}/nowhere", "not a tuning work directory"),
+    "a model instead": ("{dynamic}", "not a tuning work directory"),
+    "a work directory without measurements": ("{work}", "not a tuning work directory"),
+}
+
 #: Where each subcommand writes, redirected below a regular file so that it cannot be created.
 UNWRITABLE = {
     "run": ["--json", "{blocker}/r.json"],
@@ -103,6 +111,7 @@ UNWRITABLE = {
     "select": ["-o", "{blocker}/plan"],
     "optimize": ["-o", "{blocker}/opt"],
     "export": ["-o", "{blocker}/exported"],
+    "pretrain": ["-o", "{blocker}/model.json"],
 }
 
 
@@ -159,6 +168,12 @@ def test_bad_options_are_refused_in_one_line(name: str, extra: list[str], messag
 def test_bad_plans_are_refused_for_export_in_one_line(case: str, places, capsys) -> None:
     plan, message = EXPORT_CASES[case]
     assert_refused(command("export", plan.format(**places), [], places), message, Path(places["out"]), capsys)
+
+
+@pytest.mark.parametrize("case", list(PRETRAIN_CASES))
+def test_bad_sources_are_refused_for_pretrain_in_one_line(case: str, places, capsys) -> None:
+    source, message = PRETRAIN_CASES[case]
+    assert_refused(command("pretrain", source.format(**places), [], places), message, Path(places["out"]), capsys)
 
 
 @pytest.mark.parametrize("name", list(UNWRITABLE))
