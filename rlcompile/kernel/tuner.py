@@ -21,7 +21,7 @@ from rlcompile.errors import BudgetError, RlcompileError, first_line
 from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel.cost_model import MIN_TRAINING_SAMPLES, KnobXGB
 from rlcompile.kernel.measurer import DEVICE_LOST, Measurement, Measurer
-from rlcompile.kernel.pretrained import PretrainedModel
+from rlcompile.kernel.pretrained import PretrainedModel, TaskPrior
 from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.strategies import SearchContext, SearchStrategy
 from rlcompile.kernel.strategies.base import Proposal
@@ -201,8 +201,7 @@ class Tuner:
             space = KnobSpace.for_task(tune_context)
             prior = self.prior_for(space)
             state.warm_start_samples = len(prior) if prior is not None else 0
-            bound = self.pretrained.bind(space, task.flops) if self.pretrained is not None else None
-            state.cost_model = self.pretrained.name if self.pretrained is not None else "cold"
+            bound, state.cost_model = self.bind_prior(space, task)
             cost_model = KnobXGB(space, self.seed, prior, bound)
             native = bound is None or not getattr(state.strategy, "uses_ms_cost_model", False)
             ms_cost_model = self.shared_ms_cost_model() if native else knob_model_for_metaschedule(cost_model)
@@ -210,6 +209,16 @@ class Tuner:
                                           database=self.work_dir.database, ms_cost_model=ms_cost_model,
                                           seed=self.seed)  # fmt: skip
         return state.context
+
+    def bind_prior(self, space: KnobSpace, task: Task) -> tuple[TaskPrior | None, str]:
+        """The pretrained prior for one task and its name; a task whose space the portable features cannot
+        describe is tuned cold, with the reason, rather than skipped."""
+        if self.pretrained is None:
+            return None, "cold"
+        try:
+            return self.pretrained.bind(space, task.flops), self.pretrained.name
+        except (ValueError, IndexError, SyntaxError) as error:
+            return None, f"cold (the pretrained features do not fit this task: {first_line(error)})"
 
     def prior_for(self, space: KnobSpace) -> Prior | None:
         """Measurements of earlier work directories' tasks shaped like this one (``--warm-start``)."""

@@ -160,3 +160,15 @@ def test_a_task_without_knobs_is_tuned_with_a_prior_too(small_model, strategy, t
     state = Tuner([task], lambda: strategies.create(strategy, seed=0), WorkDir(tmp_path, "llvm"), Measurer(target),
                   trials=4, batch_size=4, pretrained=small_model).run()[0]  # fmt: skip
     assert state.valid and state.skipped is None
+
+
+def test_a_task_the_features_cannot_describe_is_tuned_cold_not_skipped(small_model, target, tmp_path,
+                                                                       monkeypatch) -> None:  # fmt: skip
+    def unfit(space, flops):  # a design space of a shape no feature knows (none exists today: a fault injected)
+        raise ValueError("tile knob of an unknown form")
+
+    monkeypatch.setattr(small_model, "bind", unfit)
+    state = Tuner([make_task(SMALL_CONV, target)], lambda: strategies.create("sa", seed=0), WorkDir(tmp_path, "llvm"),
+                  Measurer(target), trials=4, batch_size=4, pretrained=small_model).run()[0]  # fmt: skip
+    assert state.valid and state.skipped is None
+    assert state.cost_model.startswith("cold (the pretrained features do not fit")
