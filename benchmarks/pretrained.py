@@ -30,6 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -140,11 +141,8 @@ def lomo(args: argparse.Namespace) -> None:
         others = [d for d in data_dirs(args.out) if model_of(d) != model]
         held_out = set(targets) | {str(t) for d in data_dirs(args.out) if model_of(d) == model
                                    for t in {e["task"] for e in read_journal(d / "measurements.jsonl")}}  # fmt: skip
-        training = Dataset(*(getattr(rows, f) for f in ("features", "labels", "tasks", "sources")), rows.isa,
-                           rows.cpu_signatures)  # fmt: skip
-        keep = [model_of(Path(s)) != model for s in training.sources]
-        training = Dataset(training.features[keep], training.labels[keep], training.tasks[keep],
-                           training.sources[keep], rows.isa, rows.cpu_signatures).without(held_out)  # fmt: skip
+        others_rows = np.array([model_of(Path(source)) != model for source in rows.sources], dtype=bool)
+        training = rows.select(others_rows).without(held_out)
         pretrained = train(training)
         warm = WarmStart.load(others, target, "llvm") if "warm" in arms else None
         console.log(f"{model}: trained without it on {len(training)} measurements of {len(set(training.tasks))} "

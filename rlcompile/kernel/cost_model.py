@@ -112,7 +112,8 @@ class KnobXGB:
         return self.pretrained(configs) if self.pretrained is not None else None
 
     def prior_margin(self) -> np.ndarray | None:
-        """Warm-start rows come from other tasks: the pretrained model's mean stands in for their margin."""
+        """Warm-start rows come from other tasks, whose configurations the prior cannot score here: their mean
+        label stands in for their margin, so their trees learn their labels from that level."""
         if self.pretrained is None:
             return None
         return np.full(len(self.prior), float(np.mean(self.prior.labels)))

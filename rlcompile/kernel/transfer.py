@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,7 +137,6 @@ class WarmStart:
 def source_tasks(directory: Path, target, target_text: str):
     """Each task of a work directory with at least one valid measurement: (space, configs, seconds)."""
     from rlcompile.kernel.workdir import WorkDir
-    from rlcompile.tvm_bridge import load_tensor_intrinsics, module_key
 
     if not (directory / "environment.json").exists() or not (directory / "measurements.jsonl").exists():
         raise RlcompileError(f"--warm-start {directory}: not a tuning work directory with measurements")
@@ -145,11 +144,32 @@ def source_tasks(directory: Path, target, target_text: str):
         work_dir = WorkDir(directory, target_text)  # refuses records of another machine or target
     except RlcompileError as error:
         raise RlcompileError(f"--warm-start: {error}".replace(" (use another --work-dir)", "")) from None
+    for task in measured_tasks(directory, work_dir.database, target):
+        yield task.space, task.configs, task.seconds
+
+
+@dataclass
+class MeasuredTask:
+    """One task of a work directory: its workload, knob space and measured configurations (None: failed)."""
+
+    key: str
+    mod: object  # tvm.IRModule
+    space: KnobSpace
+    configs: list[Config]
+    seconds: list[float | None]
+
+
+def measured_tasks(directory: Path, database, target) -> Iterator[MeasuredTask]:
+    """Each task of a work directory's journal with at least one valid measurement, its workload read from the
+    directory's MetaSchedule ``database`` (what ``--warm-start`` and ``rlcompile pretrain`` both read)."""
+    from rlcompile.kernel.workdir import read_journal
+    from rlcompile.tvm_bridge import load_tensor_intrinsics, module_key
+
     workloads = {}
-    for record in work_dir.database.get_all_tuning_records():
+    for record in database.get_all_tuning_records():
         workloads.setdefault(module_key(record.workload.mod), record.workload.mod)
     entries: dict[str, list[dict]] = defaultdict(list)
-    for entry in work_dir.journal():
+    for entry in read_journal(directory / "measurements.jsonl"):
         if entry.get("config") is not None and entry["task"] in workloads:
             entries[entry["task"]].append(entry)
     load_tensor_intrinsics()
@@ -157,5 +177,5 @@ def source_tasks(directory: Path, target, target_text: str):
         space = KnobSpace.for_workload(workloads[key], target, key)
         usable = [e for e in measured if space.contains(tuple(e["config"]))]
         if any(e["status"] == "ok" for e in usable):
-            yield (space, [tuple(e["config"]) for e in usable],
-                   [e["seconds"] if e["status"] == "ok" else None for e in usable])
+            yield MeasuredTask(key, workloads[key], space, [tuple(e["config"]) for e in usable],
+                               [e["seconds"] if e["status"] == "ok" else None for e in usable])  # fmt: skip

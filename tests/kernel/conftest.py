@@ -42,3 +42,15 @@ def tune_context(task: Task):
 
     return ms.TuneContext(mod=task.mod, target=task.target, space_generator="post-order-apply",
                           task_name=task.name, num_threads=1, rand_state=0)  # fmt: skip
+
+
+def copy_work_dir(source, destination, **environment) -> None:
+    """A copy of a work directory's files whose ``environment.json`` says ``environment`` (another machine's)."""
+    import json
+
+    destination.mkdir()
+    for item in source.iterdir():
+        if item.is_file():
+            (destination / item.name).write_bytes(item.read_bytes())
+    recorded = json.loads((destination / "environment.json").read_text())
+    (destination / "environment.json").write_text(json.dumps(recorded | environment))

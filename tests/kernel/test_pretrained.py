@@ -22,7 +22,7 @@ from rlcompile.kernel.tasks import Task
 from rlcompile.kernel.tuner import Tuner
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.machine import isa_class
-from tests.kernel.conftest import DEPTHWISE_CONV, SMALL_CONV, make_task, matmul_module, tune_context
+from tests.kernel.conftest import DEPTHWISE_CONV, SMALL_CONV, copy_work_dir, make_task, matmul_module, tune_context
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +67,8 @@ def test_dataset_labels_are_relative_throughputs_of_each_measured_config(source_
 
 def test_dataset_refuses_work_dirs_of_two_isa_classes(source_dir, target, tmp_path) -> None:
     other = tmp_path / "avx2-machine"
-    other.mkdir()
-    for item in source_dir.iterdir():
-        if item.is_file():
-            (other / item.name).write_bytes(item.read_bytes())
-    environment = json.loads((other / "environment.json").read_text())
     signature = "AuthenticAMD 25/1/1 avx2 fma" if isa_class() == "avx512" else "GenuineIntel 6/143/8 avx512f avx2 fma"
-    (other / "environment.json").write_text(json.dumps(environment | {"cpu_signature": signature}))
+    copy_work_dir(source_dir, other, cpu_signature=signature)
     with pytest.raises(RlcompileError, match="mix vector-ISA classes"):
         Dataset.from_work_dirs([source_dir, other], target)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -16,7 +14,7 @@ from rlcompile.kernel.tasks import ConvShape
 from rlcompile.kernel.transfer import WarmStart, decision_features, space_signature
 from rlcompile.kernel.tuner import Tuner
 from rlcompile.kernel.workdir import WorkDir
-from tests.kernel.conftest import SMALL_CONV, make_task, tune_context
+from tests.kernel.conftest import SMALL_CONV, copy_work_dir, make_task, tune_context
 
 OTHER_CONV = ConvShape(1, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1, 1, 1))
 
@@ -66,12 +64,7 @@ def test_tuner_uses_the_warm_start_and_reports_it(source_dir, target, tmp_path) 
 
 def test_records_of_another_machine_or_no_work_dir_are_refused(source_dir, target, tmp_path) -> None:
     foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    for item in source_dir.iterdir():
-        if item.is_file():
-            (foreign / item.name).write_bytes(item.read_bytes())
-    environment = json.loads((foreign / "environment.json").read_text())
-    (foreign / "environment.json").write_text(json.dumps(environment | {"cpu": "Another CPU"}))
+    copy_work_dir(source_dir, foreign, cpu="Another CPU")
     with pytest.raises(RlcompileError, match=r"--warm-start: work dir .* cpu='Another CPU'"):
         WarmStart.load([foreign], target, "llvm")
     with pytest.raises(RlcompileError, match="not a tuning work directory"):

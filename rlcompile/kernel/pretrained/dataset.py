@@ -13,7 +13,6 @@ A row's label is the measurement's throughput relative to its task's best in tha
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +21,7 @@ import numpy as np
 
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel.pretrained.features import FEATURE_NAMES, PortableFeatures
-from rlcompile.kernel.space import KnobSpace
-from rlcompile.kernel.transfer import relative_throughput
-from rlcompile.kernel.workdir import read_journal
+from rlcompile.kernel.transfer import measured_tasks, relative_throughput
 from rlcompile.machine import isa_class_of_signature
 
 
@@ -34,7 +31,6 @@ class SourceTask:
 
     source: str
     key: str
-    label: str
     features: np.ndarray
     labels: np.ndarray
 
@@ -53,11 +49,14 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def without(self, task_keys: set[str]) -> Dataset:
-        """The rows of every task but ``task_keys`` (leave-one-model-out)."""
-        keep = ~np.isin(self.tasks, sorted(task_keys))
+    def select(self, keep: np.ndarray) -> Dataset:
+        """The rows where the boolean mask ``keep`` is true."""
         return Dataset(self.features[keep], self.labels[keep], self.tasks[keep], self.sources[keep], self.isa,
                        self.cpu_signatures)  # fmt: skip
+
+    def without(self, task_keys: set[str]) -> Dataset:
+        """The rows of every task but ``task_keys`` (leave-one-model-out)."""
+        return self.select(~np.isin(self.tasks, sorted(task_keys)))
 
     def save(self, path: Path) -> None:
         np.savez_compressed(path, features=self.features, labels=self.labels, tasks=self.tasks, sources=self.sources,
@@ -103,28 +102,8 @@ def source_tasks(directory: Path, target) -> Iterator[SourceTask]:
     from tvm.s_tir.analysis import estimate_tir_flops
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from rlcompile.kernel.tasks import describe_prim_func
-    from rlcompile.tvm_bridge import load_tensor_intrinsics, module_key
-
     database = JSONDatabase(str(directory / "database_workload.json"), str(directory / "database_tuning_record.json"),
                             allow_missing=True)  # fmt: skip
-    workloads = {}
-    for record in database.get_all_tuning_records():
-        workloads.setdefault(module_key(record.workload.mod), record.workload.mod)
-    entries: dict[str, list[dict]] = defaultdict(list)
-    names: dict[str, str] = {}
-    for entry in read_journal(directory / "measurements.jsonl"):
-        if entry.get("config") is not None and entry["task"] in workloads:
-            entries[entry["task"]].append(entry)
-            names[entry["task"]] = entry.get("task_name", entry["task"])
-    load_tensor_intrinsics()
-    for key, measured in entries.items():
-        mod = workloads[key]
-        space = KnobSpace.for_workload(mod, target, names[key])
-        usable = [e for e in measured if space.contains(tuple(e["config"]))]
-        if not any(e["status"] == "ok" for e in usable):
-            continue
-        portable = PortableFeatures(space, float(estimate_tir_flops(mod)))
-        seconds = [e["seconds"] if e["status"] == "ok" else None for e in usable]
-        yield SourceTask(directory.name, key, describe_prim_func(names[key], mod),
-                         portable([tuple(e["config"]) for e in usable]), relative_throughput(seconds))  # fmt: skip
+    for task in measured_tasks(directory, database, target):
+        portable = PortableFeatures(task.space, float(estimate_tir_flops(task.mod)))
+        yield SourceTask(directory.name, task.key, portable(task.configs), relative_throughput(task.seconds))

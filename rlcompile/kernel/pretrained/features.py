@@ -66,7 +66,6 @@ class PortableFeatures:
     """The portable features of one task's configurations, as a constant row plus a table per knob."""
 
     def __init__(self, space: KnobSpace, flops: float) -> None:
-        self.space = space
         tiles = [(position, *tile_parts(knob.name)) for position, knob in enumerate(space.knobs) if knob.kind == "tile"]
         spatial = [t for t in tiles if t[2] == SPATIAL_PARTS]
         reduction = [t for t in tiles if t[2] == REDUCTION_PARTS]

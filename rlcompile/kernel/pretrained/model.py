@@ -95,10 +95,9 @@ class PretrainedModel:
         return cls(booster, document["isa"], document["samples"], document["tasks"], document.get("sources", []),
                    document.get("cpu_signatures", []), str(path))  # fmt: skip
 
-    def check_isa(self, isa: str | None = None) -> None:
-        """Refuse a model of another vector-ISA class than this CPU's (or ``isa``)."""
-        wanted = isa or isa_class()
-        if self.isa != wanted:
+    def check_isa(self) -> None:
+        """Refuse a model of another vector-ISA class than this CPU's."""
+        if self.isa != (wanted := isa_class()):
             raise RlcompileError(f"--cost-model {self.path or self.name} was trained on {self.isa} CPUs, this one is "
                                  f"{wanted}: use a model of its class or --cost-model none")  # fmt: skip
 
