@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,68 +27,13 @@ from rlcompile import atomic
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel.tasks import SEED_LAYERS, zoo_conv_shapes
 from rlcompile.machine import environment
-
-FMA_SOURCE = """
-#include <immintrin.h>
-#include <omp.h>
-#include <stdio.h>
-#define CHAINS 12
-int main(void) {
-  long iters = 100000000L; double best = 0; float sink = 0;
-  for (int rep = 0; rep < 5; rep++) {
-    double start = omp_get_wtime();
-    #pragma omp parallel reduction(+:sink)
-    {
-      VEC acc[CHAINS]; VEC a = SET1(1.0000001f), b = SET1(0.9999999f);
-      for (int c = 0; c < CHAINS; c++) acc[c] = SET1((float)c);
-      for (long i = 0; i < iters; i++)
-        for (int c = 0; c < CHAINS; c++) acc[c] = FMA(acc[c], a, b);
-      float lanes[LANES];
-      for (int c = 0; c < CHAINS; c++) { STORE(lanes, acc[c]); sink += lanes[0]; }
-    }
-    double gflops = 2.0 * LANES * CHAINS * iters * omp_get_max_threads() / (omp_get_wtime() - start) / 1e9;
-    if (gflops > best) best = gflops;
-  }
-  printf("%.1f %g\\n", best, sink);
-  return 0;
-}
-"""
-VECTORS = {  # flag in /proc/cpuinfo -> C macros for that vector width
-    "avx512f": "-DVEC=__m512 -DLANES=16 -DSET1=_mm512_set1_ps -DFMA=_mm512_fmadd_ps -DSTORE=_mm512_storeu_ps",
-    "avx2": "-DVEC=__m256 -DLANES=8 -DSET1=_mm256_set1_ps -DFMA=_mm256_fmadd_ps -DSTORE=_mm256_storeu_ps",
-}
-
-
-def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+from rlcompile.peak import QUICK_ITERATIONS, measure_fma_peak, vector_isa
 
 
 def fma_peak(threads: list[int]) -> dict:
-    """GFLOP/s of the FMA loop per thread count, in the widest vectors this CPU has."""
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        raise RlcompileError("no C compiler (cc, gcc or clang) found to build the FMA loop")
-    flags = cpu_flags()
-    isa = next((name for name in VECTORS if name in flags), None)
-    if isa is None:
-        raise RlcompileError("this CPU has neither AVX-512 nor AVX2; the FMA loop needs one of them")
-    with tempfile.TemporaryDirectory() as scratch:
-        source, binary = Path(scratch) / "fma.c", Path(scratch) / "fma"
-        source.write_text(FMA_SOURCE)
-        subprocess.run([compiler, "-O3", "-march=native", "-funroll-all-loops", "-fopenmp", *VECTORS[isa].split(),
-                        str(source), "-o", str(binary)], check=True)  # fmt: skip
-        results = {}
-        for count in threads:
-            run = subprocess.run([str(binary)], env={"OMP_NUM_THREADS": str(count)}, capture_output=True, text=True,
-                                 check=True)  # fmt: skip
-            results[str(count)] = float(run.stdout.split()[0])
-    return {"isa": isa, "gflops_by_threads": results}
+    """GFLOP/s of the FMA loop per thread count (the package's loop, 5x its default length)."""
+    return {"isa": vector_isa(), "gflops_by_threads": {str(count): value for count, value in
+                                                       measure_fma_peak(threads, 5 * QUICK_ITERATIONS).items()}}
 
 
 def onednn_layers(layers: list[str], threads: int) -> dict:

@@ -80,6 +80,9 @@ class KernelRecord(Record):
     skipped_tasks: dict[str, str] | None = None
     #: what the tasks' cost model started from: "cold" or the pretrained model's name
     cost_model: str = "cold"
+    #: where the libraries leave headroom (:class:`rlcompile.kernel.headroom.Headroom` as a dict): the FMA
+    #: peak and, per task, its best library's time and fraction of the peak, and whether it was tuned
+    headroom: dict | None = None
 
 
 @dataclass

@@ -85,14 +85,22 @@ class TuneRequest:
     cost_model: str = "default"
 
 
+#: Reorders (and may drop) the selected tasks before tuning, e.g. by the libraries' headroom.
+TaskOrder = Callable[[list[Task]], list[Task]]
+
+
 def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
          on_start: Callable[[list[Task]], None] | None = None, model: LoadedModel | None = None,
-         deadline: float | None = None, settings: MeasureSettings | None = None) -> list[TaskState]:  # fmt: skip
+         deadline: float | None = None, settings: MeasureSettings | None = None,
+         order: TaskOrder | None = None) -> list[TaskState]:  # fmt: skip
     """Tune the selected tasks; resumes from the work directory's journal.
 
     ``model``: tune this loaded model (e.g. a rewritten graph) instead of loading ``request.model``.
     ``deadline``: a ``time.monotonic()`` after which no new batch starts.
     ``settings``: how candidates are built and timed (defaults: :class:`MeasureSettings`).
+    ``order``: the tasks in the order to tune them, those not worth tuning left out
+    (:mod:`rlcompile.kernel.headroom`); called once the measurer is up, before ``on_start``. When it leaves
+    no task, nothing is tuned and the result is empty.
     """
     if request.trials is not None and request.trials <= 0:
         raise BudgetError(f"--trials must be positive, got {request.trials}")
@@ -105,13 +113,13 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
     pretrained = resolve_cost_model(request.cost_model, remote=rpc is not None)
     with exclusive(request.work_dir, "tuning work directory"):
         return tune_locked(request, target, rpc, callbacks, on_start, model, deadline, settings or MeasureSettings(),
-                           pretrained)  # fmt: skip
+                           pretrained, order)  # fmt: skip
 
 
 def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Sequence[Callback],
                 on_start: Callable[[list[Task]], None] | None, model: LoadedModel | None,
-                deadline: float | None, settings: MeasureSettings,
-                pretrained: PretrainedModel | None = None) -> list[TaskState]:  # fmt: skip
+                deadline: float | None, settings: MeasureSettings, pretrained: PretrainedModel | None = None,
+                order: TaskOrder | None = None) -> list[TaskState]:  # fmt: skip
     """:func:`tune`'s work, with the work directory locked against a second process.
 
     The measurer (build workers, runner, RPC connection) starts in a background thread while the model is
@@ -133,6 +141,8 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
                 starting.result().close()
             raise
     with starting.result() as measurer:
+        if order is not None and not (tasks := order(tasks)):
+            return []
         if on_start:
             on_start(tasks)
         tuner = Tuner(

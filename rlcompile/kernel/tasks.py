@@ -192,10 +192,15 @@ def extract_tasks_cached(model: LoadedModel, target: tvm.target.Target, cache: P
     return tasks
 
 
+def param_shapes(mod: tvm.IRModule) -> list[list[int]]:
+    """The shapes of the PrimFunc's tensor parameters, in order (inputs, then the output)."""
+    func = next(iter(mod.functions.values()))
+    return [[int(d) for d in param.shape] for param in func.params if getattr(param, "shape", None) is not None]
+
+
 def describe_prim_func(task_name: str, mod: tvm.IRModule) -> str:
     """A readable label such as ``conv2d 64x56x56->64 k3 s1`` or ``matmul 1x512x1000``."""
-    func = next(iter(mod.functions.values()))
-    shapes = [[int(d) for d in param.shape] for param in func.params if getattr(param, "shape", None) is not None]
+    shapes = param_shapes(mod)
     kind = task_name.removeprefix("fused_")
     if "conv2d" in kind and len(shapes) >= 2 and len(shapes[0]) == 4 and len(shapes[1]) == 4:
         (_, channels, height, width), weight, output = shapes[0], shapes[1], shapes[-1]

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError, RlcompileError, first_line
@@ -33,6 +33,10 @@ from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, Budget
 from rlcompile.plan import fingerprint
+
+if TYPE_CHECKING:
+    from rlcompile.kernel.headroom import Headroom
+    from rlcompile.kernel.tasks import Task
 
 GRAPH_FILE = "graph.onnx"
 TUNING = "tuning"
@@ -280,6 +284,8 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
     """Tune the cleaned graph's TVM tasks, most important first, until ``deadline`` (``time.monotonic()``)."""
     from rlcompile.graph.cleanup import clean_model
     from rlcompile.kernel.api import TuneRequest, tune
+    from rlcompile.kernel.headroom import HEADROOM_FILE, measure_headroom, tuning_order
+    from rlcompile.models.zoo import cache_root
 
     settings, started = context.settings, time.monotonic()
     model = clean_model(context.current)  # the convolutions the layer stage's TVM segments will have
@@ -296,7 +302,21 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
         context.progress(Phase("kernel", f"kernel: tuning {len(tasks)} tasks with {settings.strategy} until the "
                                          "deadline", "tune"))  # fmt: skip
 
-    states = tune(request, [report], starting, model=model, deadline=deadline)
+    found: list[Headroom] = []
+
+    def by_headroom(tasks: list[Task]) -> list[Task]:
+        """The tasks whose libraries leave the most to win first; those near the peak left out."""
+        libraries = [name for name in runtimes.parse(settings.libraries) if name != "tvm"]
+        saved = context.work / TUNING / HEADROOM_FILE
+        found.append(measure_headroom(model.static_proto(), tasks, libraries, settings.threads, saved, cache_root(),
+                                      context.progress))  # fmt: skip
+        ordered, skipped = tuning_order(tasks, found[0].rows)
+        for task in tasks:
+            if task.name in skipped:
+                context.progress(Decision("kernel", f"kernel: not tuning {task.label}: {skipped[task.name]}", False))
+        return ordered
+
+    states = tune(request, [report], starting, model=model, deadline=deadline, order=by_headroom)
     tuned = [state for state in states if state.valid]
     return KernelRecord(strategy=settings.strategy, tasks=len(states), tuned_tasks=len(tuned),
                         trials=sum(state.trials for state in states),
@@ -304,7 +324,18 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
                         failed_trials=sum(state.failures for state in states),
                         best_ms={state.task.label: state.best_seconds * 1e3 for state in tuned},
                         wall_s=time.monotonic() - started, cost_model=states[0].cost_model if states else "cold",
-                        skipped_tasks={s.task.label: s.skipped for s in states if s.skipped} or None)  # fmt: skip
+                        skipped_tasks={s.task.label: s.skipped for s in states if s.skipped} or None,
+                        headroom=headroom_record(found[0], states) if found else None)  # fmt: skip
+
+
+def headroom_record(headroom: Headroom, states) -> dict:
+    """The headroom as the manifest keeps it, each row with TVM's best ms where the task was tuned."""
+    best = {state.task.name: state.best_seconds * 1e3 for state in states if state.valid}
+    record = headroom.to_dict()
+    for row in record["rows"]:
+        row["tuned"] = row["task"] in best
+        row["tvm_best_ms"] = best.get(row["task"])
+    return record
 
 
 class LayerStage:

@@ -79,6 +79,43 @@ def deploy_lines(output: Path, manifest: Manifest) -> list[str]:
             f"`rlcompile.load({str(output)!r}).run(feeds)`."]  # fmt: skip
 
 
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def headroom_lines(headroom: dict) -> list[str]:
+    """Per task: its best library alone (ms, GFLOP/s, fraction of the FMA peak), TVM's best, whether tuned."""
+    peak = headroom.get("peak_gflops")
+    intro = (f"This CPU's FP32 FMA peak at these threads: {peak:.0f} GFLOP/s (measured, `rlcompile.peak`). "
+             if peak else f"{headroom.get('note')}. ")  # fmt: skip
+    intro += ("Each task's convolution or matrix multiplication was timed alone in every library; tasks are tuned "
+              "most-to-win first, and not at all when the library is already near what tuned kernels reach.")
+    rows = []
+    for row in headroom["rows"]:
+        tvm_ms = row.get("tvm_best_ms")
+        of_peak = percent(row["flops"] / tvm_ms / 1e6 / peak) if peak and tvm_ms else "-"
+        tvm = "-" if tvm_ms is None else f"{tvm_ms:.3f} ({of_peak})"
+        gflops = row.get("library_gflops")
+        rows.append([row["label"], row["calls"], row["library"] or "-", ms(row["library_ms"]),
+                     "-" if gflops is None else f"{gflops:.0f}", percent(row["fraction_of_peak"]), tvm,
+                     "yes" if row.get("tuned") else ("no: " + row["reason"] if not row["tune"] else "no (no time)")])
+    return [intro, "", *markdown_table(["task", "calls", "best library", "library ms", "GFLOP/s", "of peak",
+                                        "TVM best ms (of peak)", "tuned"], rows)]  # fmt: skip
+
+
+def tvm_win_lines(groups: list[dict]) -> list[str]:
+    """The fusion groups on which TVM's tuned kernels measured faster (in context) than every other library."""
+    rows = []
+    for row in groups:
+        others = [value for name, value in row["ms"].items() if name != "tvm"]
+        if "tvm" in row["ms"] and others and row["ms"]["tvm"] < min(others):
+            rows.append([row["group"], row["ops"], ms(row["ms"]["tvm"]), ms(min(others)),
+                         "yes" if row["library"] == "tvm" else "no"])  # fmt: skip
+    if not rows:
+        return ["On no fusion group did a tuned TVM kernel measure faster than every other library."]
+    return markdown_table(["group", "operators", "TVM ms", "best other ms", "in the chosen plan"], rows)
+
+
 def after_each_stage(latency: LatencyRecord) -> list[tuple[str, float]]:
     return [("original", latency.original_ms), ("+ graph", latency.after_graph_ms),
             ("+ kernel", latency.after_kernel_ms), ("+ layer (output)", latency.final_ms)]  # fmt: skip
@@ -108,6 +145,11 @@ def write_report(output: Path, manifest: Manifest) -> None:
     lines += markdown_table(["plan", "segments", "predicted ms", "measured ms"],
                             [[", ".join(c["labels"]), c["segments"], ms(c["predicted_ms"]), ms(c["measured_ms"])]
                              for c in manifest.selection["candidates"]])  # fmt: skip
+    kernel = run.stages.get("kernel")
+    if isinstance(kernel, KernelRecord) and kernel.headroom:
+        lines += ["", "## Kernel headroom: what the libraries leave to tuning", "", *headroom_lines(kernel.headroom)]
+    if "tvm" in manifest.runtimes or any("tvm" in row["ms"] for row in manifest.selection["groups"]):
+        lines += ["", "## Where TVM's tuned kernels win", "", *tvm_win_lines(manifest.selection["groups"])]
     lines += ["", "## Deploy", "", *deploy_lines(output, manifest), ""]
     (output / REPORT).write_text("\n".join(lines))
     plot(output / FIGURE, manifest)

@@ -47,6 +47,17 @@ def test_resumed_run_reuses_the_graph_stage_and_the_tuning_journal(interrupted_t
     assert any(isinstance(event, Reuse) and event.stage == "kernel" and event.what == "tuning" for event in events)
 
 
+def test_the_kernel_stage_records_each_tasks_library_headroom_and_what_it_tuned(interrupted_then_resumed):
+    _, result, _ = interrupted_then_resumed
+    kernel = result.manifest["optimize"]["stages"]["kernel"]
+    headroom = kernel["headroom"]
+    assert headroom["peak_gflops"] > 0
+    convolutions = [row for row in headroom["rows"] if row["label"].startswith("conv2d")]
+    assert len(convolutions) == 2 and all(0 < row["fraction_of_peak"] < 1 for row in convolutions)
+    tuned = {row["label"]: row["tvm_best_ms"] for row in headroom["rows"] if row["tuned"]}
+    assert tuned == pytest.approx(kernel["best_ms"])
+
+
 def test_output_is_a_verified_plan_directory_with_manifest_and_report(interrupted_then_resumed):
     output, _, _ = interrupted_then_resumed
     manifest = json.loads((output / "manifest.json").read_text())

@@ -1,0 +1,71 @@
+"""Headroom: each task's operator timed alone in the libraries, judged against the FMA peak, and the tasks
+ordered (or left out) by what a tuned kernel could win."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlcompile.kernel import headroom
+from rlcompile.kernel.tasks import extract_tasks
+from rlcompile.models import load_model
+from rlcompile.peak import Peak
+
+
+@pytest.fixture(scope="module")
+def lenet_tasks():
+    from rlcompile.tvm_bridge import resolve_target
+
+    model = load_model("lenet5")
+    return model, extract_tasks(model, resolve_target("llvm"))
+
+
+@pytest.fixture(scope="module")
+def lenet_times(lenet_tasks):
+    model, tasks = lenet_tasks
+    return headroom.library_times(model.static_proto(), tasks, ["ort", "openvino"], 1)
+
+
+def test_every_convolution_and_matmul_task_finds_its_operator_and_a_library_time(lenet_tasks, lenet_times):
+    _, tasks = lenet_tasks
+    heavy = [t for t in tasks if "conv2d" in t.name or "matmul" in t.name or "dense" in t.name]
+    assert heavy and {t.name for t in heavy} == set(lenet_times)
+    for library, ms in lenet_times.values():
+        assert library in ("ort", "openvino") and 0.0 < ms < 100.0
+
+
+def test_a_library_near_the_peak_is_not_tuned_and_the_most_to_win_comes_first(lenet_tasks, lenet_times):
+    _, tasks = lenet_tasks
+    first = next(t for t in tasks if t.name in lenet_times)
+    ms = lenet_times[first.name][1]
+    # a peak this task's library reaches 99% of, and for the others a peak far above them
+    near = first.flops / (ms / 1e3) / 1e9 / 0.99
+    times = {name: (lib, value) for name, (lib, value) in lenet_times.items()}
+    rows = headroom.assess(tasks, times, Peak(gflops=near, threads=1, isa="avx2"))
+    by_name = {row.task: row for row in rows}
+    assert by_name[first.name].fraction_of_peak == pytest.approx(0.99) and not by_name[first.name].tune
+    order, skipped = headroom.tuning_order(tasks, rows)
+    assert first.name in skipped and first not in order
+    assert sorted(t.name for t in order) == sorted(t.name for t in tasks if t.name != first.name
+                                                    and (by_name[t.name].tune))  # fmt: skip
+    measured = [by_name[t.name] for t in order if by_name[t.name].fraction_of_peak is not None]
+    savings = [row.saving_ms for row in measured]
+    assert savings == sorted(savings, reverse=True)
+    unmeasured = [t.name for t in order if by_name[t.name].fraction_of_peak is None]
+    assert [t.name for t in order][len(measured):] == unmeasured  # after the measured ones, in their order
+
+
+def test_without_a_peak_every_task_is_tuned_in_its_order(lenet_tasks, lenet_times):
+    _, tasks = lenet_tasks
+    rows = headroom.assess(tasks, lenet_times, None)
+    assert all(row.tune for row in rows)
+    assert headroom.tuning_order(tasks, rows) == (list(tasks), {})
+
+
+def test_the_library_times_are_kept_for_a_resumed_run(lenet_tasks, tmp_path, monkeypatch):
+    model, tasks = lenet_tasks
+    saved = tmp_path / headroom.HEADROOM_FILE
+    first = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path)
+    monkeypatch.setattr(headroom, "library_times", lambda *a, **k: pytest.fail("timed again"))
+    again = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path)
+    assert [row.to_dict() for row in again.rows] == [row.to_dict() for row in first.rows]
+    assert first.peak_gflops and any(row.fraction_of_peak for row in first.rows)
