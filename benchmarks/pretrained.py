@@ -4,6 +4,7 @@
     python benchmarks/pretrained.py lomo [--models resnet18,...] [--strategy sa] [--seeds 0,1,2] [--trials 48]
     python benchmarks/pretrained.py ship [--out results/pretrained]
     python benchmarks/pretrained.py report          # the table (and pooled ratios) of the saved runs
+    python benchmarks/pretrained.py e2e [--models resnet18,mobilenet_v2] [--minutes 10,20] [--strategy chameleon]
 
 ``gather`` tunes the dataset (resumable, one work directory per model under ``OUT/data``): the two heaviest
 distinct tasks of each evaluation model for 256 measurements with ``sa`` (cold, seed 0; these runs are
@@ -19,6 +20,13 @@ is tuned from scratch with ``--trials`` measurements per seed, three ways: cold 
 alternating the order per seed. Reported per task: the measurements and wall seconds each needs to come
 within 5% of the cold 256-measurement best, and the best after the first batch and at the end.
 Output: ``OUT/pretrained.json`` (rewritten after every run; finished runs are kept, not repeated).
+
+``e2e``, per model: TVM alone, the whole model tuned (all tasks, the gradient scheduler, ``--strategy``)
+for each of ``--minutes`` of wall time, cold and with a prior trained without any of the model's tasks
+(as ``lomo`` trains it); a checkpoint's model is built (``rlcompile build``) when the tuning reaches it,
+and the next checkpoint resumes the same journal. Then every build, ONNX Runtime and OpenVINO native, and
+a second ORT session (the twin: the noise) are timed in turns in one process. Output:
+``OUT/e2e.json`` (a finished checkpoint is kept, not tuned again).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +68,7 @@ ARMS = ("cold", "warm", "pretrained")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("gather", "lomo", "ship", "report"))
+    parser.add_argument("command", choices=("gather", "lomo", "ship", "report", "e2e"))
     parser.add_argument("--models", default=",".join(EVALUATION))
     parser.add_argument("--strategy", default="sa")
     parser.add_argument("--arms", default=",".join(ARMS))
@@ -67,6 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("results/pretrained"))
+    parser.add_argument("--minutes", default="10,20", help="e2e: tuning checkpoints, in minutes of wall time")
     return parser.parse_args(argv)
 
 
@@ -141,8 +151,7 @@ def lomo(args: argparse.Namespace) -> None:
         others = [d for d in data_dirs(args.out) if model_of(d) != model]
         held_out = set(targets) | {str(t) for d in data_dirs(args.out) if model_of(d) == model
                                    for t in {e["task"] for e in read_journal(d / "measurements.jsonl")}}  # fmt: skip
-        others_rows = np.array([model_of(Path(source)) != model for source in rows.sources], dtype=bool)
-        training = rows.select(others_rows).without(held_out)
+        training = held_out_rows(rows, model, held_out)
         pretrained = train(training)
         warm = WarmStart.load(others, target, "llvm") if "warm" in arms else None
         console.log(f"{model}: trained without it on {len(training)} measurements of {len(set(training.tasks))} "
@@ -168,6 +177,98 @@ def lomo(args: argparse.Namespace) -> None:
                                "models": results}  # fmt: skip
                     atomic.write_json(path, payload, indent=1)
     show_table(results, args)
+
+
+def held_out_rows(rows: Dataset, model: str, held_out: set[str]) -> Dataset:
+    """The rows of every other model's directories, without the ``held_out`` workloads (the model's own)."""
+    others = np.array([model_of(Path(source)) != model for source in rows.sources], dtype=bool)
+    return rows.select(others).without(held_out)
+
+
+def e2e(args: argparse.Namespace) -> None:
+    """Tune each model to each checkpoint, cold and pretrained (held out), build, then time all in turns."""
+    from rlcompile.kernel.api import TuneRequest, build, load_tasks, tune
+    from rlcompile.tvm_bridge import resolve_target
+
+    target = resolve_target("llvm")
+    path = args.out / "e2e.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    results: dict = saved.get("models", {})
+    minutes = sorted(int(m) for m in args.minutes.split(","))
+    for model in args.models.split(","):
+        home = args.out / "e2e" / model
+        prior = home / f"no-{model}.json"
+        if not prior.exists():
+            keys = {t.workload_key for t in load_tasks(model, target)[1]}
+            training = held_out_rows(dataset(args.out, target), model, keys)
+            train(training).save(prior)
+            console.log(f"{model}: prior trained without its {len(keys)} tasks on {len(training)} measurements")
+        entry = results.setdefault(model, {"builds": {}})
+        for limit in minutes:
+            for arm in ("cold", "pretrained"):
+                name = f"{arm}-{limit}min"
+                if name in entry["builds"]:
+                    continue
+                work = home / arm
+                spent_path = work / "spent.json"
+                spent = json.loads(spent_path.read_text())["seconds"] if spent_path.exists() else 0.0
+                request = TuneRequest(model=model, work_dir=work, strategy=args.strategy, trials=1_000_000,
+                                      seed=0, cost_model=str(prior) if arm == "pretrained" else "none")  # fmt: skip
+                began = time.monotonic()
+                states = tune(request, deadline=began + max(limit * 60 - spent, 0.0))
+                spent += time.monotonic() - began
+                atomic.write_json(spent_path, {"seconds": spent})
+                tar, coverage = build(model, work, home / f"{name}.tar")
+                trials = sum(state.trials for state in states)
+                entry["builds"][name] = {"tar": str(tar), "tuning_s": spent, "trials": trials,
+                                         "tuned_tasks": coverage[0], "tasks": coverage[1]}  # fmt: skip
+                console.log(f"{model} {name}: {trials} measurements in {spent:.0f} s, {coverage[0]}/{coverage[1]} "
+                            "tasks tuned")  # fmt: skip
+                write_e2e(path, args, results)
+        entry["timing"] = time_builds(model, entry["builds"])
+        write_e2e(path, args, results)
+        show_e2e(model, entry)
+
+
+def time_builds(model: str, builds: dict) -> dict:
+    """Every build, ORT and OpenVINO native and ORT's twin, in turns: median ms and the ratios to ORT."""
+    from rlcompile import runtimes
+    from rlcompile.machine import host_cores
+    from rlcompile.measure.contest import DECISION_ROUNDS, Contender, run_contest
+    from rlcompile.models import load_model
+    from rlcompile.runtimes.base import RuntimeOptions
+    from rlcompile.saved import load_saved
+
+    original = load_model(model)
+    feeds = original.random_inputs(0)
+    options = RuntimeOptions(host_cores(), exclusive=True)
+    contenders = [Contender(name, load_saved(build["tar"]).timer(feeds)) for name, build in builds.items()]
+    for library in ("ort", "openvino"):
+        contenders.append(Contender(library, original.compile(runtimes.create(library), options).timer(feeds)))
+    contenders.append(Contender("ort twin", original.compile(runtimes.create("ort"), options).timer(feeds), "ort"))
+    standings = run_contest(contenders, rounds=DECISION_ROUNDS)
+    ort = standings.median("ort")
+    return {"rounds": DECISION_ROUNDS, "noise": standings.noise,
+            "median_ms": {c.label: standings.median(c.label) for c in contenders},
+            "vs_ort": {c.label: standings.median(c.label) / ort for c in contenders}}  # fmt: skip
+
+
+def write_e2e(path: Path, args: argparse.Namespace, results: dict) -> None:
+    payload = {"benchmark": "pretrained-e2e", "args": {k: str(v) for k, v in vars(args).items()},
+               "environment": environment(), "models": results}  # fmt: skip
+    atomic.write_json(path, payload, indent=1)
+
+
+def show_e2e(model: str, entry: dict) -> None:
+    timing = entry["timing"]
+    table = Table(title=f"{model}: TVM alone vs the libraries (in turns; ORT twin noise {timing['noise']:.1%})")
+    for column in ("contender", "measurements", "tuning s", "median ms", "x ORT"):
+        table.add_column(column)
+    for label, median_ms in timing["median_ms"].items():
+        build = entry["builds"].get(label, {})
+        table.add_row(label, str(build.get("trials", "")), f"{build['tuning_s']:.0f}" if build else "",
+                      f"{median_ms:.3f}", f"{timing['vs_ort'][label]:.3f}")  # fmt: skip
+    console.print(table)
 
 
 def summarise(run: dict, arm: str, goal_ms: float, batch_size: int) -> dict:
@@ -236,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         from rlcompile.tvm_bridge import resolve_target
 
         ship(args, resolve_target("llvm"))
+    elif args.command == "e2e":
+        e2e(args)
     elif args.command == "report":
         path = args.out / "pretrained.json"
         payload = json.loads(path.read_text())
