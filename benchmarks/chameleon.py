@@ -3,7 +3,7 @@
 
     python benchmarks/chameleon.py [--quick] [--layers L1,...] [--models alexnet,vgg16,resnet18]
                                    [--trials 128] [--model-trials-per-task 32] [--seeds 0] [--out results/chameleon]
-                                   [--redo] [--report]
+                                   [--redo] [--report] [--prior held-out]
 
 Layers (seed Table 2): best latency, measurements, wall time and search time per strategy; how many
 measurements and how much wall time ``chameleon`` needs to reach the final latency of ``sa`` and of
@@ -17,6 +17,9 @@ Writes ``chameleon.json``, ``claims.md`` (the tables and the seeds' claims, per 
 rewrites it from the JSON alone) and ``chameleon.png``. ``--quick``: L8 with 32 measurements per strategy and
 AlexNet with 8 per task. A run already saved with the same budget is kept, not repeated (``--redo`` runs it
 again and replaces it, for a run that something else on the machine disturbed).
+``--prior held-out``: the models' runs start from a pretrained cost model trained on ``--dataset`` (the
+pretrained benchmark's) without any task of that model and without its seed layers, and are saved as
+``STRATEGY (pretrained)`` beside the cold rows: the 4.45x claim tested again with both sides pretrained.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -75,6 +79,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--report", action="store_true", help="only rewrite OUT/claims.md from OUT/chameleon.json (nothing is tuned)"
     )
+    parser.add_argument("--prior", choices=("none", "held-out"), default="none",
+                        help="models: start every strategy from a cost model trained without the model")
+    parser.add_argument("--dataset", type=Path, default=Path("results/pretrained/dataset.npz"))
     args = parser.parse_args(argv)
     if args.quick:
         args.layers, args.trials, args.models, args.model_trials_per_task = "L8", 32, "alexnet", 8
@@ -157,6 +164,19 @@ def time_beside_ort(model_name: str, model, row: dict, target, config) -> None:
                                    "vs_ort": [item.median_ms / native for item in stats[2:]]}  # fmt: skip
 
 
+def held_out_prior(dataset: Path, model_name: str, tasks):
+    """A cost model trained on ``dataset`` without the model's tasks, its own tuning directories and its seed
+    layers (the same convolutions as standalone tasks)."""
+    from rlcompile.kernel.pretrained import Dataset, train
+
+    rows = Dataset.load(dataset)
+    own = {model_name, *(layer for layer, (model, _) in SEED_LAYERS.items() if model == model_name)}
+    others = [Path(source).name.removesuffix("-evolutionary") not in own for source in rows.sources]
+    training = rows.select(np.array(others, dtype=bool)).without({task.workload_key for task in tasks})
+    console.log(f"{model_name}: prior trained without it on {len(training)} measurements")
+    return train(training)
+
+
 def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dict:
     """Tables 5/6: every model x strategy x seed (a run already saved with the same budget is kept)."""
     config = QUICK if args.quick else DEFAULT
@@ -173,14 +193,18 @@ def run_models(args, names, seeds, measurer, target, payload: dict, save) -> dic
             session = model.compile(backend)
             row[label] = measure_latency(session.timer(inputs), config).median_ms
         weights = {task.workload_key: task.weight for task in tasks}
-        for name in names:
+        prior = held_out_prior(args.dataset, model_name, tasks) if args.prior == "held-out" else None
+        for spec in names:
+            name = f"{spec} (pretrained)" if prior else spec
             for seed in seeds:
                 if not args.redo and any(run["seed"] == seed for run in row["strategies"].get(name, [])):
                     console.log(f"{model_name} {name} seed {seed}: kept from the saved JSON")
                     continue
-                work_dir = args.out / "work" / model_name / folder_name(name) / f"seed{seed}"
-                summary = run_strategy(tasks, name, seed, trials, args.batch_size, work_dir, measurer,
-                                       lambda m, model_name=model_name: console.log(f"{model_name} {m}"))  # fmt: skip
+                work_dir = args.out / "work" / model_name / folder_name(name.replace(" (pretrained)", "+prior")) \
+                    / f"seed{seed}"  # fmt: skip
+                summary = run_strategy(tasks, spec, seed, trials, args.batch_size, work_dir, measurer,
+                                       lambda m, model_name=model_name: console.log(f"{model_name} {m}"),
+                                       pretrained=prior)  # fmt: skip
                 executable = build_executable(model, WorkDir(work_dir, "llvm"), target)
                 summary["latency_ms"] = time_model(executable, model, config)
                 summary["batches_per_task"] = [task["batches"] for task in summary["tasks"]]
@@ -391,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
 
     layers = run_layers(args, names, seeds, measurer, target, payload, save)
     models = run_models(args, names, seeds, measurer, target, payload, save)
-    print_tables(layers, models, names, args)
+    shown = [*names, *(f"{name} (pretrained)" for name in names)] if args.prior == "held-out" else names
+    print_tables(layers, models, shown, args)
     if layers:
         tuning_curves(history_panels(layers), args.out / "chameleon.png")
     (args.out / "claims.md").write_text(markdown_report(payload))

@@ -1,10 +1,13 @@
-"""This CPU's FP32 FMA peak: the physical limit a kernel's GFLOP/s is judged against.
+"""This CPU's FP32 FMA peak and streaming bandwidth: the physical limits a kernel is judged against.
 
-A latency says little across machines; a fraction of the machine's peak says whether a library has
-left anything to win. The peak is measured, never looked up: independent fused multiply-add chains in
-the widest vectors the CPU has (AVX-512 or AVX2, from its flags), compiled with the system C compiler and
-OpenMP, best of 5 repetitions, at the thread count asked for. It is measured once per CPU signature
-and thread count and cached (``fma_peak.json`` in the tool's cache), so a run pays it once (~1 s).
+A latency says little across machines; a fraction of the machine's limit says whether a library has
+left anything to win. Both are measured, never looked up, with the system C compiler and OpenMP at the
+thread count asked for, best of 5 repetitions: the peak with independent fused multiply-add chains in the
+widest vectors the CPU has (AVX-512 or AVX2, from its flags), the bandwidth with a STREAM triad
+(``a = b + s * c``) over :data:`STREAM_MEGABYTES` of arrays, beyond a core's L2 as activations and weights
+of a layer usually are. A program doing ``F`` FLOPs over ``B`` bytes can then reach at most
+``min(peak, F / B x bandwidth)`` (the roofline). Both are measured once per CPU signature and thread count
+and cached (``fma_peak.json`` in the tool's cache), so a run pays them once (~1 s).
 
 Without a C compiler, or on a CPU with neither AVX-512 nor AVX2, there is no peak: callers go on
 without it and say why (:class:`PeakUnknown`).
@@ -49,6 +52,28 @@ int main(int argc, char **argv) {
   return 0;
 }
 """
+STREAM_SOURCE = """
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+  long n = atol(argv[1]); double best = 0;
+  float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *c = malloc(n * sizeof(float));
+  #pragma omp parallel for
+  for (long i = 0; i < n; i++) { a[i] = 0.0f; b[i] = 1.0f; c[i] = 2.0f; }
+  for (int rep = 0; rep < 6; rep++) {
+    double start = omp_get_wtime();
+    #pragma omp parallel for
+    for (long i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+    double seconds = omp_get_wtime() - start;
+    if (rep > 0 && 3.0 * n * sizeof(float) / seconds / 1e9 > best) best = 3.0 * n * sizeof(float) / seconds / 1e9;
+  }
+  printf("%.2f %g\\n", best, a[n / 2]);
+  return 0;
+}
+"""
+#: The triad's three arrays together (MB)
+STREAM_MEGABYTES = 48
 #: flag in /proc/cpuinfo -> C macros for that vector width, widest first
 VECTORS = {
     "avx512f": "-DVEC=__m512 -DLANES=16 -DSET1=_mm512_set1_ps -DFMA=_mm512_fmadd_ps -DSTORE=_mm512_storeu_ps",
@@ -66,15 +91,23 @@ class PeakUnknown(RlcompileError):
 
 @dataclass(frozen=True)
 class Peak:
-    """The measured FP32 FMA peak at one thread count."""
+    """The measured FP32 FMA peak and streaming bandwidth at one thread count."""
 
     gflops: float
     threads: int
     isa: str
+    #: GB/s of the STREAM triad (None in a cache written before it was measured)
+    bandwidth_gbs: float | None = None
 
     def fraction(self, flops: float, seconds: float) -> float:
         """The fraction of this peak that ``flops`` done in ``seconds`` reach."""
         return flops / seconds / 1e9 / self.gflops
+
+    def attainable_gflops(self, flops: float, bytes_moved: float) -> float:
+        """The roofline: the most GFLOP/s a program of ``flops`` over ``bytes_moved`` can reach here."""
+        if not self.bandwidth_gbs or bytes_moved <= 0:
+            return self.gflops
+        return min(self.gflops, flops / bytes_moved * self.bandwidth_gbs)
 
 
 def vector_isa() -> str:
@@ -86,31 +119,38 @@ def vector_isa() -> str:
     return isa
 
 
-def measure_fma_peak(threads: list[int], iterations: int = QUICK_ITERATIONS) -> dict[int, float]:
-    """GFLOP/s of the FMA loop per thread count (best of 5 repetitions), in the widest vectors present."""
+def run_c(source: str, flags: list[str], runs: list[tuple[list[str], int]]) -> list[float]:
+    """Compile ``source`` and run it once per (arguments, threads); the first number each run prints."""
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise PeakUnknown("no C compiler (cc, gcc or clang) found to build the FMA loop")
-    isa = vector_isa()
     with tempfile.TemporaryDirectory() as scratch:
-        source, binary = Path(scratch) / "fma.c", Path(scratch) / "fma"
-        source.write_text("#include <stdlib.h>\n" + FMA_SOURCE)
-        command = [compiler, "-O3", "-march=native", "-funroll-all-loops", "-fopenmp", *VECTORS[isa].split(),
-                   str(source), "-o", str(binary)]  # fmt: skip
+        path, binary = Path(scratch) / "loop.c", Path(scratch) / "loop"
+        path.write_text(source)
+        command = [compiler, "-O3", "-march=native", "-fopenmp", *flags, str(path), "-o", str(binary)]
         try:
             subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
-            results = {}
-            for count in threads:
-                run = subprocess.run([str(binary), str(iterations)], env={"OMP_NUM_THREADS": str(count)},
-                                     capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
-                results[count] = float(run.stdout.split()[0])
+            return [float(subprocess.run([str(binary), *arguments], env={"OMP_NUM_THREADS": str(threads)},
+                                         capture_output=True, text=True, check=True, timeout=120).stdout.split()[0])
+                    for arguments, threads in runs]  # fmt: skip
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError, ValueError) as error:
-            raise PeakUnknown(f"the FMA loop could not be built or run ({type(error).__name__})") from None
-    return results
+            raise PeakUnknown(f"the measuring loop could not be built or run ({type(error).__name__})") from None
+
+
+def measure_fma_peak(threads: list[int], iterations: int = QUICK_ITERATIONS) -> dict[int, float]:
+    """GFLOP/s of the FMA loop per thread count (best of 5 repetitions), in the widest vectors present."""
+    flags = ["-funroll-all-loops", *VECTORS[vector_isa()].split()]
+    source = "#include <stdlib.h>\n" + FMA_SOURCE
+    return dict(zip(threads, run_c(source, flags, [([str(iterations)], count) for count in threads]), strict=True))
+
+
+def measure_bandwidth(threads: int, megabytes: int = STREAM_MEGABYTES) -> float:
+    """GB/s of the STREAM triad over ``megabytes`` of three float arrays (best of 5 after one warm-up)."""
+    return run_c(STREAM_SOURCE, [], [([str(megabytes * 2**20 // 12)], threads)])[0]
 
 
 def fma_peak(threads: int, cache_dir: Path) -> Peak:
-    """This CPU's FMA peak at ``threads``, measured once per CPU signature and kept in ``cache_dir``.
+    """This CPU's FMA peak and bandwidth at ``threads``, measured once per CPU signature, kept in ``cache_dir``.
 
     Raises :class:`PeakUnknown` when it cannot be measured here.
     """
@@ -121,8 +161,9 @@ def fma_peak(threads: int, cache_dir: Path) -> Peak:
     except (OSError, ValueError):
         saved = {}
     key = f"{cpu_signature()} | {threads} threads"
-    if key not in saved:
-        saved[key] = measure_fma_peak([threads])[threads]
+    if not isinstance(saved.get(key), dict):
+        saved[key] = {"gflops": measure_fma_peak([threads])[threads], "bandwidth_gbs": measure_bandwidth(threads)}
         with contextlib.suppress(OSError):  # a read-only cache: measured again next time
             atomic.write_json(path, saved, indent=1)
-    return Peak(gflops=float(saved[key]), threads=threads, isa=isa)
+    return Peak(gflops=float(saved[key]["gflops"]), threads=threads, isa=isa,
+                bandwidth_gbs=float(saved[key]["bandwidth_gbs"]))  # fmt: skip

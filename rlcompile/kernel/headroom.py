@@ -1,16 +1,21 @@
 """Where the libraries leave headroom: which tasks are worth tuning, and in what order.
 
 A tuned TVM kernel matters only where it can beat every library on its fusion group: a task whose best
-library already runs near this CPU's FMA peak (:mod:`rlcompile.peak`) cannot be won, however long it is
-tuned. So before the kernel level spends measurements, each task's operator (a convolution or a
-matrix multiplication of the model, found by its shapes) is timed alone in every library the layer level
-may choose (ONNX Runtime, OpenVINO, ...), and its fraction of the peak is
+library already runs near this CPU's limit cannot be won, however long it is tuned. The limit is the
+roofline of :mod:`rlcompile.peak`: the FMA peak, or for a program that moves many bytes per FLOP (a
+depthwise convolution, a matrix-vector product) the measured streaming bandwidth times its FLOPs per byte
+(its tensors' sizes: what it must read and write at least once). So before the kernel level spends
+measurements, each task's operator (a convolution or a matrix multiplication of the model, found by its
+shapes) is timed alone in every library the layer level may choose (ONNX Runtime, OpenVINO, ...), and
 
-    fraction = FLOPs per call / best library time / peak.
+    fraction of peak = FLOPs per call / best library time / FMA peak
+    fraction of roofline = FLOPs per call / best library time / min(peak, FLOPs / bytes x bandwidth).
 
 The budget goes first to the tasks with the most to win, ``calls x library time x (1 - fraction / reach)``
-(``reach``: the fraction of the peak tuned kernels reach, :data:`TVM_REACH`), and a task whose library is
-within :data:`MIN_GAIN` of that reach is not tuned at all, with the reason recorded. Tasks whose operator has
+(``reach``: the fraction of the limit tuned kernels reach, :data:`TVM_REACH`; fraction of the roofline),
+and a task whose library is within :data:`MIN_GAIN` of that reach is not tuned at all, with the reason
+recorded. Timed alone, a small operator's tensors stay in cache, so a library may pass the streaming
+roofline: that too says there is nothing to win. Tasks whose operator has
 no library counterpart here (element-wise, pooling, reshapes: memory-bound, their FLOPs say nothing) keep
 their place after the measured ones and are tuned as before.
 
@@ -36,6 +41,7 @@ from rlcompile.kernel.tasks import Task, param_shapes
 from rlcompile.machine import cpu_identity
 from rlcompile.measure.timing import MeasureConfig, measure_latency
 from rlcompile.peak import Peak, PeakUnknown, fma_peak
+from rlcompile.tvm_bridge import tvm
 
 #: The fraction of the FMA peak this project's tuned kernels reach on large convolutions (README: 91-100%
 #: on the seed layers L3-L5 after 256 measurements): what tuning can hope for on any task.
@@ -61,6 +67,10 @@ class TaskHeadroom:
     library: str | None = None
     library_ms: float | None = None
     fraction_of_peak: float | None = None
+    #: the library's GFLOP/s over the roofline's (memory-bound operators: bandwidth x FLOPs per byte)
+    fraction_of_roofline: float | None = None
+    #: "compute" or "memory": which side of the roofline the operator is on
+    bound: str | None = None
     tune: bool = True
     reason: str = "no library counterpart measured: tuned as before"
 
@@ -71,9 +81,9 @@ class TaskHeadroom:
     @property
     def saving_ms(self) -> float:
         """Per inference, the most a tuned kernel at :data:`TVM_REACH` could save over the library."""
-        if self.library_ms is None or self.fraction_of_peak is None:
+        if self.library_ms is None or self.fraction_of_roofline is None:
             return 0.0
-        return self.calls * self.library_ms * max(0.0, 1.0 - self.fraction_of_peak / TVM_REACH)
+        return self.calls * self.library_ms * max(0.0, 1.0 - self.fraction_of_roofline / TVM_REACH)
 
     def to_dict(self) -> dict:
         return asdict(self) | {"library_gflops": self.library_gflops}
@@ -192,20 +202,43 @@ def assess(tasks: Sequence[Task], times: Mapping[str, tuple[str, float]], peak: 
             if peak is None:
                 row.reason = f"{row.library} measured; no FMA peak to judge it against: tuned as before"
             else:
-                row.fraction_of_peak = peak.fraction(task.flops, row.library_ms / 1e3)
-                row.tune = row.fraction_of_peak < TVM_REACH / (1 + MIN_GAIN)
-                row.reason = (f"{row.library} reaches {row.fraction_of_peak:.0%} of the peak"
-                              + ("" if row.tune else f"; tuned kernels reach ~{TVM_REACH:.0%}: too little to win"))
+                judge(row, peak, task_bytes(task))
         rows.append(row)
     return rows
+
+
+def judge(row: TaskHeadroom, peak: Peak, bytes_moved: float) -> None:
+    """Fill in ``row``'s fractions of the peak and the roofline and whether it is worth tuning."""
+    assert row.library_ms is not None
+    seconds = row.library_ms / 1e3
+    attainable = peak.attainable_gflops(row.flops, bytes_moved)
+    row.fraction_of_peak = peak.fraction(row.flops, seconds)
+    row.fraction_of_roofline = row.flops / seconds / 1e9 / attainable
+    row.bound = "compute" if attainable >= peak.gflops else "memory"
+    row.tune = row.fraction_of_roofline < TVM_REACH / (1 + MIN_GAIN)
+    limit = "the FMA peak" if row.bound == "compute" else f"the bandwidth roofline ({attainable:.0f} GFLOP/s)"
+    row.reason = (f"{row.library} reaches {row.fraction_of_roofline:.0%} of {limit}"
+                  + ("" if row.tune else f"; tuned kernels reach ~{TVM_REACH:.0%}: too little to win"))
+
+
+def task_bytes(task: Task) -> float:
+    """The bytes a task's PrimFunc must read and write at least once: all its tensor parameters."""
+    func = next(iter(task.mod.functions.values()))
+    total = 0.0
+    for param in func.params:
+        shape = getattr(param, "shape", None)
+        if shape is not None:
+            bits = tvm.DataType(str(getattr(param, "dtype", "float32"))).bits
+            total += math.prod(int(d) for d in shape) * bits / 8
+    return total
 
 
 def tuning_order(tasks: Sequence[Task], rows: Sequence[TaskHeadroom]) -> tuple[list[Task], dict[str, str]]:
     """The tasks to tune, most to win first (measured ones by :attr:`TaskHeadroom.saving_ms`, then the rest in
     their given order), and the skipped ones with their reason (keyed by task name)."""
     by_name = {row.task: row for row in rows}
-    measured = [task for task in tasks if by_name[task.name].fraction_of_peak is not None]
-    unmeasured = [task for task in tasks if by_name[task.name].fraction_of_peak is None]
+    measured = [task for task in tasks if by_name[task.name].fraction_of_roofline is not None]
+    unmeasured = [task for task in tasks if by_name[task.name].fraction_of_roofline is None]
     kept = sorted((t for t in measured if by_name[t.name].tune), key=lambda t: -by_name[t.name].saving_ms)
     skipped = {task.name: by_name[task.name].reason for task in measured if not by_name[task.name].tune}
     return kept + unmeasured, skipped
@@ -218,9 +251,11 @@ class Headroom:
     peak_gflops: float | None
     rows: list[TaskHeadroom]
     note: str | None = None
+    bandwidth_gbs: float | None = None
 
     def to_dict(self) -> dict:
-        return {"peak_gflops": self.peak_gflops, "note": self.note, "rows": [row.to_dict() for row in self.rows]}
+        return {"peak_gflops": self.peak_gflops, "bandwidth_gbs": self.bandwidth_gbs, "note": self.note,
+                "rows": [row.to_dict() for row in self.rows]}  # fmt: skip
 
 
 def measure_headroom(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: Sequence[str], threads: int,
@@ -242,4 +277,5 @@ def measure_headroom(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: S
     else:
         times = library_times(proto, tasks, libraries, threads, progress)
         atomic.write_json(saved, {"key": key, "times": times}, indent=1)
-    return Headroom(peak.gflops if peak else None, assess(tasks, times, peak), note)
+    return Headroom(peak.gflops if peak else None, assess(tasks, times, peak), note,
+                    peak.bandwidth_gbs if peak else None)  # fmt: skip

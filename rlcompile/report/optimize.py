@@ -85,11 +85,14 @@ def percent(value: float | None) -> str:
 
 def headroom_lines(headroom: dict) -> list[str]:
     """Per task: its best library alone (ms, GFLOP/s, fraction of the FMA peak), TVM's best, whether tuned."""
-    peak = headroom.get("peak_gflops")
-    intro = (f"This CPU's FP32 FMA peak at these threads: {peak:.0f} GFLOP/s (measured, `rlcompile.peak`). "
-             if peak else f"{headroom.get('note')}. ")  # fmt: skip
-    intro += ("Each task's convolution or matrix multiplication was timed alone in every library; tasks are tuned "
-              "most-to-win first, and not at all when the library is already near what tuned kernels reach.")
+    peak, bandwidth = headroom.get("peak_gflops"), headroom.get("bandwidth_gbs")
+    intro = (f"This CPU's FP32 FMA peak at these threads: {peak:.0f} GFLOP/s, streaming bandwidth "
+             f"{bandwidth or float('nan'):.1f} GB/s (measured, `rlcompile.peak`). " if peak
+             else f"{headroom.get('note')}. ")  # fmt: skip
+    intro += ("Each task's convolution or matrix multiplication was timed alone in every library and judged "
+              "against the roofline (the peak, or bandwidth x FLOPs per byte for memory-bound operators); tasks "
+              "are tuned most-to-win first, and not at all when the library is already near what tuned kernels "
+              "reach.")
     rows = []
     for row in headroom["rows"]:
         tvm_ms = row.get("tvm_best_ms")
@@ -97,10 +100,11 @@ def headroom_lines(headroom: dict) -> list[str]:
         tvm = "-" if tvm_ms is None else f"{tvm_ms:.3f} ({of_peak})"
         gflops = row.get("library_gflops")
         rows.append([row["label"], row["calls"], row["library"] or "-", ms(row["library_ms"]),
-                     "-" if gflops is None else f"{gflops:.0f}", percent(row["fraction_of_peak"]), tvm,
+                     "-" if gflops is None else f"{gflops:.0f}", percent(row["fraction_of_peak"]),
+                     f"{percent(row.get('fraction_of_roofline'))} ({row.get('bound') or '-'})", tvm,
                      "yes" if row.get("tuned") else ("no: " + row["reason"] if not row["tune"] else "no (no time)")])
     return [intro, "", *markdown_table(["task", "calls", "best library", "library ms", "GFLOP/s", "of peak",
-                                        "TVM best ms (of peak)", "tuned"], rows)]  # fmt: skip
+                                        "of roofline (bound)", "TVM best ms (of peak)", "tuned"], rows)]  # fmt: skip
 
 
 def tvm_win_lines(groups: list[dict]) -> list[str]:

@@ -47,11 +47,25 @@ def test_a_library_near_the_peak_is_not_tuned_and_the_most_to_win_comes_first(le
     assert first.name in skipped and first not in order
     assert sorted(t.name for t in order) == sorted(t.name for t in tasks if t.name != first.name
                                                     and (by_name[t.name].tune))  # fmt: skip
-    measured = [by_name[t.name] for t in order if by_name[t.name].fraction_of_peak is not None]
+    measured = [by_name[t.name] for t in order if by_name[t.name].fraction_of_roofline is not None]
     savings = [row.saving_ms for row in measured]
     assert savings == sorted(savings, reverse=True)
-    unmeasured = [t.name for t in order if by_name[t.name].fraction_of_peak is None]
+    unmeasured = [t.name for t in order if by_name[t.name].fraction_of_roofline is None]
     assert [t.name for t in order][len(measured):] == unmeasured  # after the measured ones, in their order
+
+
+def test_a_memory_bound_operator_is_judged_by_the_bandwidth_roofline(lenet_tasks, lenet_times):
+    _, tasks = lenet_tasks
+    matmul = next(t for t in tasks if "matmul" in t.name and t.name in lenet_times)
+    library_ms = lenet_times[matmul.name][1]
+    bytes_moved = headroom.task_bytes(matmul)
+    assert bytes_moved >= 4 * matmul.flops / 2 / 1000  # a matrix-vector product reads every weight once
+    # a bandwidth at which the library's time is exactly what the roofline allows
+    bandwidth = bytes_moved / (library_ms / 1e3) / 1e9
+    peak = Peak(gflops=1e6, threads=1, isa="avx2", bandwidth_gbs=bandwidth)
+    row = next(r for r in headroom.assess(tasks, lenet_times, peak) if r.task == matmul.name)
+    assert row.bound == "memory" and row.fraction_of_roofline == pytest.approx(1.0)
+    assert row.fraction_of_peak < 1e-3 and not row.tune and row.saving_ms == 0.0
 
 
 def test_without_a_peak_every_task_is_tuned_in_its_order(lenet_tasks, lenet_times):
@@ -68,4 +82,4 @@ def test_the_library_times_are_kept_for_a_resumed_run(lenet_tasks, tmp_path, mon
     monkeypatch.setattr(headroom, "library_times", lambda *a, **k: pytest.fail("timed again"))
     again = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path)
     assert [row.to_dict() for row in again.rows] == [row.to_dict() for row in first.rows]
-    assert first.peak_gflops and any(row.fraction_of_peak for row in first.rows)
+    assert first.peak_gflops and first.bandwidth_gbs and any(row.fraction_of_roofline for row in first.rows)
