@@ -51,6 +51,12 @@ class GraphBuilder:
         inputs = [x, self.weight(cout, cin, k, k)] + ([self.weight(cout)] if bias else [])
         return self.op("Conv", inputs, kernel_shape=[k, k], pads=[pad] * 4, **kw)
 
+    def conv_transpose(self, x: str, cin: int, cout: int, k: int = 2, bias: bool = True, **kw) -> str:
+        """A ConvTranspose (weights in, out / group, k, k), stride 2 by default as decoders upsample."""
+        group = kw.get("group", 1)
+        inputs = [x, self.weight(cin, cout // group, k, k)] + ([self.weight(cout)] if bias else [])
+        return self.op("ConvTranspose", inputs, kernel_shape=[k, k], strides=kw.pop("strides", [2, 2]), **kw)
+
     def batchnorm(self, x: str, channels: int) -> str:
         stats = [self.weight(channels, positive=True), self.weight(channels), self.weight(channels)]
         return self.op("BatchNormalization", [x, *stats, self.weight(channels, positive=True)])

@@ -19,6 +19,19 @@ def conv_bn():
     return b.model([b.batchnorm(c, 8)]), {"BatchNormalization": -1}
 
 
+def conv_transpose_then(op_type: str, shape: tuple[int, ...] = (1, 6, 1, 1)):
+    """Paddle2ONNX's decoder: a bias-less ConvTranspose, then its bias Add, or BatchNorm, or a per-channel Mul."""
+
+    def build():
+        b = GraphBuilder()
+        c = b.conv_transpose(b.input("x", [1, 4, 8, 8]), 4, 6, bias=False)
+        if op_type == "BatchNormalization":
+            return b.model([b.batchnorm(c, 6)]), {op_type: -1}
+        return b.model([b.op(op_type, [c, b.weight(*shape)])]), {op_type: -1}
+
+    return build
+
+
 def conv_then(op_type: str, shape: tuple[int, ...]):
     def build():
         b = GraphBuilder()
@@ -144,6 +157,9 @@ CASES = {
     "fuse_conv_batchnorm": [conv_bn],
     "fuse_conv_mul": [conv_then("Mul", (8, 1, 1))],
     "fuse_conv_add": [conv_then("Add", (1, 8, 1, 1))],
+    "fuse_convtranspose_batchnorm": [conv_transpose_then("BatchNormalization")],
+    "fuse_convtranspose_mul": [conv_transpose_then("Mul", (6, 1, 1))],
+    "fuse_convtranspose_add": [conv_transpose_then("Add")],
     "merge_parallel_conv": [parallel_convs(3, 3)],
     "merge_parallel_conv_enlarge": [parallel_convs(1, 3), parallel_convs(5, 3)],
     "merge_conv_grouped": [grouped_convs],
@@ -218,6 +234,17 @@ def test_conditions_refuse_what_would_change_the_result():
     y2 = different_strides.conv(x, 4, 4)
     model = onnx_graph.from_proto(different_strides.model([y1, y2]))
     assert rules.create("merge_parallel_conv").locations(model) == []
+
+
+def test_a_grouped_conv_transpose_is_left_as_it_is():
+    b = GraphBuilder()
+    c = b.conv_transpose(b.input("x", [1, 4, 8, 8]), 4, 6, bias=False, group=2)
+    model = onnx_graph.from_proto(b.model([b.batchnorm(b.op("Mul", [c, b.weight(6, 1, 1)]), 6)]))
+    assert rules.create("fuse_convtranspose_mul").locations(model) == []
+    b = GraphBuilder()
+    c = b.conv_transpose(b.input("x", [1, 4, 8, 8]), 4, 6, bias=False, group=2)
+    model = onnx_graph.from_proto(b.model([b.batchnorm(c, 6)]))
+    assert rules.create("fuse_convtranspose_batchnorm").locations(model) == []
 
 
 def test_hard_swish_needs_its_exact_constants():

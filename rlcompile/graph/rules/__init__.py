@@ -25,7 +25,14 @@ from rlcompile.graph.rules.concat import (
     PushElementwiseIntoConcat,
     PushElementwiseIntoSplit,
 )
-from rlcompile.graph.rules.fusion import FuseConvAdd, FuseConvBatchNorm, FuseConvMul
+from rlcompile.graph.rules.fusion import (
+    FuseConvAdd,
+    FuseConvBatchNorm,
+    FuseConvMul,
+    FuseConvTransposeAdd,
+    FuseConvTransposeBatchNorm,
+    FuseConvTransposeMul,
+)
 from rlcompile.graph.rules.merge import (
     MergeConvGrouped,
     MergeParallelConv,
@@ -37,6 +44,9 @@ RULE_CLASSES: tuple[type[Rule], ...] = (
     FuseConvBatchNorm,
     FuseConvMul,
     FuseConvAdd,
+    FuseConvTransposeBatchNorm,
+    FuseConvTransposeMul,
+    FuseConvTransposeAdd,
     MergeParallelConv,
     MergeParallelConvEnlarge,
     MergeConvGrouped,
