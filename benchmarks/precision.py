@@ -15,7 +15,8 @@ Per model, in one process, alternating (``run_contest``, twin ONNX Runtime sessi
   NNCF-like greedy, exact proxy optimum, Q-learning); each search's best plan and the one chosen.
 
 Data: ``ocr-rec`` reads rendered text lines (error: share of lines decoded wrong, truth = the rendered
-text), ``ocr-cls`` classifies lines turned 0/180 degrees (top-1 against the truth); the zoo models have
+text), ``ocr-cls`` classifies lines turned 0/180 degrees (top-1 against the truth), ``lenet-digits`` is
+LeNet-5 trained here on scikit-learn's digits, scored top-1 on digits it never saw; the zoo models have
 random weights and random inputs, so only output agreement (relative L2 to fp32) is measured. Every
 error is measured on the held-out half of the samples. Writes ``precision.json`` (merged across runs by
 model) and ``precision.png`` (latency against error, every plan measured).
@@ -50,20 +51,28 @@ from rlcompile.models.onnx_model import random_tensor
 
 console = Console(width=200)
 TASKS = {"ocr-rec": ("rlcompile.models.tasks:text_error", "ocr_rec_samples"),
-         "ocr-cls": ("top1", "ocr_cls_samples")}  # fmt: skip
+         "ocr-cls": ("top1", "ocr_cls_samples"), "lenet-digits": ("top1", "lenet_digits")}  # fmt: skip
+#: Tasks whose model the project trains (written next to the samples, under OUT/NAME)
+TRAINED = ("lenet-digits",)
 TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=1.0)
 
 
-def model_samples(name: str, model, count: int, seed: int) -> tuple[list[dict], str]:
-    """The model's samples and its metric: a real task's, else random inputs and rel-l2."""
+def model_and_samples(name: str, count: int, seed: int, out: Path) -> tuple[object, list[dict], str]:
+    """The model, its samples and its metric: a real task's (a trained one written to ``out/NAME``), else the
+    zoo's model with random inputs and rel-l2."""
     if name in TASKS:
         from rlcompile.models import tasks
 
         metric, writer = TASKS[name]
-        arrays = getattr(tasks, writer)(count, seed)
-        return [{key: value[i] for key, value in arrays.items()} for i in range(count)], metric
-    rng = np.random.default_rng(seed)
-    return [{spec.name: random_tensor(spec, rng) for spec in model.inputs} for _ in range(count)], "rel-l2"
+        if name in TRAINED:
+            (out / name).mkdir(parents=True, exist_ok=True)
+            arrays = getattr(tasks, writer)(out / name, count, seed)
+            model = load_model(str(out / name / f"{name}.onnx"))
+        else:
+            arrays, model = getattr(tasks, writer)(count, seed), load_model(name)
+        return model, [{key: value[i] for key, value in arrays.items()} for i in range(count)], metric
+    model, rng = load_model(name), np.random.default_rng(seed)
+    return model, [{spec.name: random_tensor(spec, rng) for spec in model.inputs} for _ in range(count)], "rel-l2"
 
 
 def quantize_everything(proto, calibration: list[dict], folder: Path):
@@ -117,8 +126,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     from rlcompile.runtimes.ort import run_proto
 
     started = time.monotonic()
-    model = load_model(name)
-    everything, metric_name = model_samples(name, model, args.samples, args.seed)
+    model, everything, metric_name = model_and_samples(name, args.samples, args.seed, args.out)
     calibration, validation = split_samples(everything, args.seed)
     samples = Samples(calibration, validation, name if name in TASKS else "random", [s.name for s in model.inputs])
     metric = load_metric(metric_name)
