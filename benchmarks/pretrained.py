@@ -5,6 +5,7 @@
     python benchmarks/pretrained.py ship [--out results/pretrained]
     python benchmarks/pretrained.py report          # the table (and pooled ratios) of the saved runs
     python benchmarks/pretrained.py e2e [--models resnet18,mobilenet_v2] [--minutes 10,20] [--strategy chameleon]
+    python benchmarks/pretrained.py wins [--models resnet18]   # after e2e: where TVM's kernels beat every library
 
 ``gather`` tunes the dataset (resumable, one work directory per model under ``OUT/data``): the two heaviest
 distinct tasks of each evaluation model for 256 measurements with ``sa`` (cold, seed 0; these runs are
@@ -27,6 +28,10 @@ for each of ``--minutes`` of wall time, cold and with a prior trained without an
 and the next checkpoint resumes the same journal. Then every build, ONNX Runtime and OpenVINO native, and
 a second ORT session (the twin: the noise) are timed in turns in one process. Output:
 ``OUT/e2e.json`` (a finished checkpoint is kept, not tuned again).
+
+``wins``, per model tuned by ``e2e``: the layer level's table with TVM among the libraries (``rlcompile
+select`` with the pretrained arm's work directory), and the fusion groups on which TVM's tuned kernels
+measured faster in context than every other library; added to ``OUT/e2e.json``.
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ ARMS = ("cold", "warm", "pretrained")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("gather", "lomo", "ship", "report", "e2e"))
+    parser.add_argument("command", choices=("gather", "lomo", "ship", "report", "e2e", "wins"))
     parser.add_argument("--models", default=",".join(EVALUATION))
     parser.add_argument("--strategy", default="sa")
     parser.add_argument("--arms", default=",".join(ARMS))
@@ -230,6 +235,34 @@ def e2e(args: argparse.Namespace) -> None:
         show_e2e(model, entry)
 
 
+def wins(args: argparse.Namespace) -> None:
+    """Per model: the layer table with TVM (the pretrained arm's records) and the groups TVM wins."""
+    path = args.out / "e2e.json"
+    payload = json.loads(path.read_text())
+    for model in args.models.split(","):
+        home = args.out / "e2e" / model
+        plan, table = home / "select.plan", home / "select.json"
+        command = ["rlcompile", "select", model, "--tuning-db", str(home / "pretrained"), "-o", str(plan),
+                   "--table-dir", str(home / "tables"), "--json", str(table)]  # fmt: skip
+        console.log(" ".join(command))
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        selection = json.loads(table.read_text())
+        groups = []
+        for row in selection["groups"]:
+            others = {name: ms for name, ms in row["ms"].items() if name != "tvm"}
+            if "tvm" in row["ms"] and others and row["ms"]["tvm"] < min(others.values()):
+                groups.append({"group": row["group"], "ops": row["ops"], "tvm_ms": row["ms"]["tvm"],
+                               "best_other": min(others, key=others.get), "best_other_ms": min(others.values()),
+                               "chosen": row["library"]})  # fmt: skip
+        timed = sum("tvm" in row["ms"] for row in selection["groups"])
+        payload["models"][model]["tvm_wins"] = {"groups": len(selection["groups"]), "tvm_timed": timed,
+                                                "won": groups, "chosen": selection.get("chosen")}  # fmt: skip
+        atomic.write_json(path, payload, indent=1)
+        console.log(f"{model}: TVM timed on {timed} of {len(selection['groups'])} groups, fastest on {len(groups)}: "
+                    + ", ".join(f"{g['group']} ({g['ops']}) {g['tvm_ms']:.3f} vs {g['best_other']} "
+                                f"{g['best_other_ms']:.3f} ms" for g in groups))  # fmt: skip
+
+
 def time_builds(model: str, builds: dict) -> dict:
     """Every build, ORT and OpenVINO native and ORT's twin, in turns: median ms and the ratios to ORT."""
     from rlcompile import runtimes
@@ -339,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         ship(args, resolve_target("llvm"))
     elif args.command == "e2e":
         e2e(args)
+    elif args.command == "wins":
+        wins(args)
     elif args.command == "report":
         path = args.out / "pretrained.json"
         payload = json.loads(path.read_text())
