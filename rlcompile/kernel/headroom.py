@@ -109,7 +109,7 @@ def operator_key(kind: str, shapes: Sequence[Sequence[int]]) -> tuple | None:
 
 def task_operator_key(task: Task) -> tuple | None:
     kind = task.name.removeprefix("fused_")
-    shapes = param_shapes(task.mod)
+    shapes = [shape for shape in param_shapes(task.mod) if shape]  # scalars (a Clip's bounds) are not tensors
     if "conv2d" in kind:
         return operator_key("conv", shapes)
     if "matmul" in kind or "dense" in kind:

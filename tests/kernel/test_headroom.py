@@ -83,3 +83,27 @@ def test_the_library_times_are_kept_for_a_resumed_run(lenet_tasks, tmp_path, mon
     again = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path)
     assert [row.to_dict() for row in again.rows] == [row.to_dict() for row in first.rows]
     assert first.peak_gflops and first.bandwidth_gbs and any(row.fraction_of_roofline for row in first.rows)
+
+
+def test_a_convolution_fused_with_a_clip_finds_its_operator():
+    """ReLU6 (a Clip with constant bounds) fuses into the convolution's task with scalar parameters."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rlcompile.models.onnx_model import LoadedModel, graph_inputs
+    from rlcompile.tvm_bridge import resolve_target
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
+    low, high = numpy_helper.from_array(np.float32(0), "low"), numpy_helper.from_array(np.float32(6), "high")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Clip", ["c", "low", "high"], ["y"])],
+        "relu6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [weight, low, high],
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = LoadedModel("relu6", proto, graph_inputs(proto), "test")
+    tasks = extract_tasks(model, resolve_target("llvm"))
+    conv = next(task for task in tasks if "conv2d" in task.name)
+    assert headroom.task_operator_key(conv) in headroom.graph_operators(proto)
