@@ -39,6 +39,7 @@ from rlcompile.errors import first_line
 from rlcompile.layer.precision.contract import (
     AccuracyContract,
     Samples,
+    check_sample,
     load_metric,
     mean_error,
     sample_error,
@@ -70,7 +71,9 @@ def model_and_samples(name: str, count: int, seed: int, out: Path) -> tuple[obje
             model = load_model(str(out / name / f"{name}.onnx"))
         else:
             arrays, model = getattr(tasks, writer)(count, seed), load_model(name)
-        return model, [{key: value[i] for key, value in arrays.items()} for i in range(count)], metric
+        inputs = {spec.name: (tuple(spec.shape), np.dtype(spec.dtype)) for spec in model.inputs}
+        samples = [{key: value[i] for key, value in arrays.items()} for i in range(count)]
+        return model, [check_sample(sample, inputs, name) for sample in samples], metric  # the batch axis as --data
     model, rng = load_model(name), np.random.default_rng(seed)
     return model, [{spec.name: random_tensor(spec, rng) for spec in model.inputs} for _ in range(count)], "rel-l2"
 
