@@ -30,7 +30,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -171,8 +170,8 @@ def held_out_prior(dataset: Path, model_name: str, tasks):
 
     rows = Dataset.load(dataset)
     own = {model_name, *(layer for layer, (model, _) in SEED_LAYERS.items() if model == model_name)}
-    others = [Path(source).name.removesuffix("-evolutionary") not in own for source in rows.sources]
-    training = rows.select(np.array(others, dtype=bool)).without({task.workload_key for task in tasks})
+    sources = {source for source in set(rows.sources) if Path(source).name.removesuffix("-evolutionary") in own}
+    training = rows.without_sources(sources).without({task.workload_key for task in tasks})
     console.log(f"{model_name}: prior trained without it on {len(training)} measurements")
     return train(training)
 

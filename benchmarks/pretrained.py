@@ -44,7 +44,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -186,8 +185,8 @@ def lomo(args: argparse.Namespace) -> None:
 
 def held_out_rows(rows: Dataset, model: str, held_out: set[str]) -> Dataset:
     """The rows of every other model's directories, without the ``held_out`` workloads (the model's own)."""
-    others = np.array([model_of(Path(source)) != model for source in rows.sources], dtype=bool)
-    return rows.select(others).without(held_out)
+    own = {source for source in set(rows.sources) if model_of(Path(source)) == model}
+    return rows.without_sources(own).without(held_out)
 
 
 def e2e(args: argparse.Namespace) -> None:
@@ -266,15 +265,13 @@ def wins(args: argparse.Namespace) -> None:
 def time_builds(model: str, builds: dict) -> dict:
     """Every build, ORT and OpenVINO native and ORT's twin, in turns: median ms and the ratios to ORT."""
     from rlcompile import runtimes
-    from rlcompile.machine import host_cores
     from rlcompile.measure.contest import DECISION_ROUNDS, Contender, run_contest
     from rlcompile.models import load_model
-    from rlcompile.runtimes.base import RuntimeOptions
     from rlcompile.saved import load_saved
 
     original = load_model(model)
     feeds = original.random_inputs(0)
-    options = RuntimeOptions(host_cores(), exclusive=True)
+    options = runtimes.NATIVE
     contenders = [Contender(name, load_saved(build["tar"]).timer(feeds)) for name, build in builds.items()]
     for library in ("ort", "openvino"):
         contenders.append(Contender(library, original.compile(runtimes.create(library), options).timer(feeds)))

@@ -42,6 +42,7 @@ from rlcompile.events import Event, Listener
 from rlcompile.kernel.tasks import Task, param_shapes
 from rlcompile.machine import cpu_identity
 from rlcompile.measure.timing import MeasureConfig, measure_latency
+from rlcompile.models.onnx_model import graph_inputs, random_tensor
 from rlcompile.peak import Peak, PeakUnknown, fma_peak
 from rlcompile.tvm_bridge import tvm
 
@@ -90,10 +91,6 @@ class TaskHeadroom:
     def to_dict(self) -> dict:
         return asdict(self) | {"library_gflops": self.library_gflops}
 
-    @classmethod
-    def from_dict(cls, data: Mapping) -> TaskHeadroom:
-        return cls(**{key: value for key, value in data.items() if key != "library_gflops"})
-
 
 def operator_key(kind: str, shapes: Sequence[Sequence[int]]) -> tuple | None:
     """What identifies a convolution (data, weight, output shapes) or a matrix multiplication (left operand
@@ -134,10 +131,8 @@ def graph_operators(proto: onnx.ModelProto) -> dict[tuple, onnx.ModelProto]:
     for node in proto.graph.node:
         if node.op_type not in OPERATORS or node.output[0] not in values:
             continue
-        if node.op_type == "Conv":
-            key = operator_key("conv", [shape(node.input[0]), shape(node.input[1]), shape(node.output[0])])
-        else:
-            key = operator_key("matmul", [shape(node.input[0]), shape(node.input[1]), shape(node.output[0])])
+        kind = "conv" if node.op_type == "Conv" else "matmul"
+        key = operator_key(kind, [shape(node.input[0]), shape(node.input[1]), shape(node.output[0])])
         if key is not None and key not in found:
             found[key] = one_node_model(node, values, initializers, proto)
     return found
@@ -156,11 +151,7 @@ def one_node_model(node: onnx.NodeProto, values: Mapping[str, onnx.ValueInfoProt
 def time_operator(proto: onnx.ModelProto, library: runtimes.Runtime, threads: int) -> float:
     """Median ms of the one-node model in ``library`` (nan when it cannot run it)."""
     rng = np.random.default_rng(0)
-    feeds = []
-    for value in proto.graph.input:
-        dims = [dim.dim_value for dim in value.type.tensor_type.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-        feeds.append(rng.standard_normal(dims).astype(dtype))
+    feeds = [random_tensor(spec, rng) for spec in graph_inputs(proto)]
     try:
         runner = library.compile(proto, runtimes.RuntimeOptions(threads))
         return measure_latency(lambda: runner(feeds), TIMING).median_ms
@@ -175,7 +166,7 @@ def library_times(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: Sequ
     operators = graph_operators(proto)
     created = {name: runtimes.create(name) for name in libraries}
     created = {name: runtime for name, runtime in created.items() if runtime.unavailable() is None}
-    by_key: dict[tuple, tuple[str, float]] = {}
+    by_key: dict[tuple, tuple[str, float] | None] = {}  # None: no library runs the operator alone
     times: dict[str, tuple[str, float]] = {}
     for task in tasks:
         key = task_operator_key(task)
@@ -184,13 +175,11 @@ def library_times(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: Sequ
         if key not in by_key:
             timed = {name: time_operator(operators[key], runtime, threads) for name, runtime in created.items()}
             timed = {name: ms for name, ms in timed.items() if math.isfinite(ms)}
-            if not timed:
-                continue
-            by_key[key] = min(timed.items(), key=lambda item: item[1])
-            if progress:
-                library, ms = by_key[key]
-                progress(Event("kernel", f"kernel: {task.label}: {library} {ms:.3f} ms alone"))
-        times[task.name] = by_key[key]
+            by_key[key] = min(timed.items(), key=lambda item: item[1]) if timed else None
+            if progress and (fastest := by_key[key]):
+                progress(Event("kernel", f"kernel: {task.label}: {fastest[0]} {fastest[1]:.3f} ms alone"))
+        if (fastest := by_key[key]) is not None:
+            times[task.name] = fastest
     return times
 
 

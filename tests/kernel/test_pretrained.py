@@ -63,6 +63,7 @@ def test_dataset_labels_are_relative_throughputs_of_each_measured_config(source_
     assert dataset.labels.max() == pytest.approx(1.0) and dataset.labels.min() >= 0
     assert set(dataset.sources) == {source_dir.name} and len(set(dataset.tasks)) == 1
     assert len(dataset.without(set(dataset.tasks))) == 0
+    assert len(dataset.without_sources({source_dir.name})) == 0 and len(dataset.without_sources({"other"})) == 24
 
 
 def test_dataset_refuses_work_dirs_of_two_isa_classes(source_dir, target, tmp_path) -> None:

@@ -58,6 +58,10 @@ class Dataset:
         """The rows of every task but ``task_keys`` (leave-one-model-out)."""
         return self.select(~np.isin(self.tasks, sorted(task_keys)))
 
+    def without_sources(self, sources: set[str]) -> Dataset:
+        """The rows of every work directory but those named ``sources`` (a held-out model's own runs)."""
+        return self.select(~np.isin(self.sources, sorted(sources)))
+
     def save(self, path: Path) -> None:
         np.savez_compressed(path, features=self.features, labels=self.labels, tasks=self.tasks, sources=self.sources,
                             isa=self.isa, cpu_signatures=np.array(self.cpu_signatures),
