@@ -5,6 +5,7 @@
     python benchmarks/pretrained.py ship [--out results/pretrained]
     python benchmarks/pretrained.py report          # the table (and pooled ratios) of the saved runs
     python benchmarks/pretrained.py e2e [--models resnet18,mobilenet_v2] [--minutes 10,20] [--strategy chameleon]
+                                        [--arms cold,pretrained] [--layout nchw|nchwc]
     python benchmarks/pretrained.py wins [--models resnet18]   # after e2e: where TVM's kernels beat every library
 
 ``gather`` tunes the dataset (resumable, one work directory per model under ``OUT/data``): the two heaviest
@@ -81,6 +82,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("results/pretrained"))
     parser.add_argument("--minutes", default="10,20", help="e2e: tuning checkpoints, in minutes of wall time")
+    parser.add_argument("--layout", default="nchw", choices=("nchw", "nchwc"),
+                        help="e2e: the convolutions' layout when tuned and built (arms other than nchw are named "
+                        "ARM-LAYOUT)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -209,15 +213,17 @@ def e2e(args: argparse.Namespace) -> None:
             console.log(f"{model}: prior trained without its {len(keys)} tasks on {len(training)} measurements")
         entry = results.setdefault(model, {"builds": {}})
         for limit in minutes:
-            for arm in ("cold", "pretrained"):
-                name = f"{arm}-{limit}min"
+            for arm in [arm for arm in args.arms.split(",") if arm in ("cold", "pretrained")]:
+                arm_name = arm if args.layout == "nchw" else f"{arm}-{args.layout}"
+                name = f"{arm_name}-{limit}min"
                 if name in entry["builds"]:
                     continue
-                work = home / arm
+                work = home / arm_name
                 spent_path = work / "spent.json"
                 spent = json.loads(spent_path.read_text())["seconds"] if spent_path.exists() else 0.0
                 request = TuneRequest(model=model, work_dir=work, strategy=args.strategy, trials=1_000_000,
-                                      seed=0, cost_model=str(prior) if arm == "pretrained" else "none")  # fmt: skip
+                                      seed=0, cost_model=str(prior) if arm == "pretrained" else "none",
+                                      layout=args.layout)  # fmt: skip
                 began = time.monotonic()
                 states = tune(request, deadline=began + max(limit * 60 - spent, 0.0))
                 spent += time.monotonic() - began
@@ -225,7 +231,8 @@ def e2e(args: argparse.Namespace) -> None:
                 tar, coverage = build(model, work, home / f"{name}.tar")
                 trials = sum(state.trials for state in states)
                 entry["builds"][name] = {"tar": str(tar), "tuning_s": spent, "trials": trials,
-                                         "tuned_tasks": coverage[0], "tasks": coverage[1]}  # fmt: skip
+                                         "tuned_tasks": coverage[0], "tasks": coverage[1],
+                                         "layout": args.layout}  # fmt: skip
                 console.log(f"{model} {name}: {trials} measurements in {spent:.0f} s, {coverage[0]}/{coverage[1]} "
                             "tasks tuned")  # fmt: skip
                 write_e2e(path, args, results)

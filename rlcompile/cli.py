@@ -29,6 +29,7 @@ from rlcompile.names import (
     KERNEL_SCHEDULERS,
     KERNEL_STRATEGIES,
     LAYER_SOLVERS,
+    LAYOUTS,
     LEVELS,
     MODEL_RUNTIMES,
     ORT_OPT_LEVELS,
@@ -223,7 +224,7 @@ def command_tune(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, scheduler=args.scheduler, seed=args.seed, target=args.target, tasks=args.tasks,
         input_shapes=parse_input_shapes(args.input_shape), rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
         strategy_options={"sampling": args.sampling} if args.sampling else {},
-        warm_start=[str(d) for d in args.warm_start], cost_model=args.cost_model,
+        warm_start=[str(d) for d in args.warm_start], cost_model=args.cost_model, layout=args.layout,
     )  # fmt: skip
     title = f"{args.model}: {args.strategy}, seed {args.seed}, work dir {args.work_dir}"
     with TuneProgress(stderr, title) as progress:
@@ -634,6 +635,11 @@ def build_parser() -> argparse.ArgumentParser:
         "before the first batch",
     )  # fmt: skip
     add_cost_model_flag(tune)
+    tune.add_argument(
+        "--layout", default=None, choices=list(LAYOUTS),
+        help="the convolutions' layout when tuned and built: nchw as the model has it, or nchwc, channels in "
+        "blocks of the vector width (default: the work directory's, nchw for a new one)",
+    )  # fmt: skip
     tune.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
     tune.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on remote devices")
     tune.add_argument("--rpc-key", default=None, help="device key registered with the RPC tracker")

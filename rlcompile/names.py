@@ -45,6 +45,9 @@ KERNEL_STRATEGIES = ("random", "sa", "droplet", "evolutionary", "rl", "chameleon
 SAMPLINGS = ("greedy", "adaptive")
 #: Strategies whose batch can be chosen by adaptive sampling.
 SAMPLING_STRATEGIES = ("sa", "rl", "chameleon")
+#: The convolutions' layout when kernels are tuned and built (:func:`rlcompile.kernel.tasks.prepare_relax`):
+#: ``nchw`` as the ONNX graph has it, or ``nchwc``, channels in blocks of the CPU's vector width.
+LAYOUTS = ("nchw", "nchwc")
 #: Task schedulers (:func:`rlcompile.kernel.scheduler.create`).
 KERNEL_SCHEDULERS = ("gradient", "round-robin")
 

@@ -27,20 +27,23 @@ from rlcompile.tvm_bridge import resolve_target
 
 
 def load_tasks(
-    spec: str, target, input_shapes: Mapping[str, Shape] | None = None, cache: Path | None = None
+    spec: str, target, input_shapes: Mapping[str, Shape] | None = None, cache: Path | None = None,
+    layout: str = "nchw",
 ) -> tuple[LoadedModel | None, list[Task]]:
-    """The tasks of a model (heaviest first), or the single task of a seed layer.
+    """The tasks of a model (heaviest first) in ``layout``, or the single task of a seed layer.
 
     ``cache``: a file where a model's extracted tasks are kept for the next run (:func:`extract_tasks_cached`).
     """
     if spec in SEED_LAYERS:
         return None, [seed_layer(spec, target)]
     model = load_model(spec, input_shapes)
-    return model, tasks_of(model, target, cache)
+    return model, tasks_of(model, target, cache, layout)
 
 
-def tasks_of(model: LoadedModel, target, cache: Path | None = None) -> list[Task]:
-    return extract_tasks(model, target) if cache is None else extract_tasks_cached(model, target, cache)
+def tasks_of(model: LoadedModel, target, cache: Path | None = None, layout: str = "nchw") -> list[Task]:
+    if cache is None:
+        return extract_tasks(model, target, layout)
+    return extract_tasks_cached(model, target, cache, layout)
 
 
 def select_tasks(tasks: Sequence[Task], selector: str | None) -> list[Task]:
@@ -83,6 +86,9 @@ class TuneRequest:
     #: the pretrained prior of every task's cost model: "default" (the packaged model of this CPU's vector-ISA
     #: class), "none" (cold) or a model file (``rlcompile pretrain``)
     cost_model: str = "default"
+    #: the convolutions' layout when tuned and built (:data:`rlcompile.kernel.tasks.LAYOUTS`); None: the work
+    #: directory's own (nchw for a new one)
+    layout: str | None = None
 
 
 #: Reorders (and may drop) the selected tasks before tuning, e.g. by the libraries' headroom.
@@ -125,14 +131,15 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
     The measurer (build workers, runner, RPC connection) starts in a background thread while the model is
     imported and its tasks extracted: its start-up is mostly waiting on worker processes.
     """
-    work_dir = WorkDir(request.work_dir, request.target)
+    work_dir = WorkDir(request.work_dir, request.target, request.layout)
     with ThreadPoolExecutor(max_workers=1) as background:
         starting = background.submit(Measurer, target, settings, rpc)
         try:
             if model is not None:
-                tasks = tasks_of(model, target, work_dir.tasks_path)
+                tasks = tasks_of(model, target, work_dir.tasks_path, work_dir.layout)
             else:
-                tasks = load_tasks(request.model, target, request.input_shapes, work_dir.tasks_path)[1]
+                tasks = load_tasks(request.model, target, request.input_shapes, work_dir.tasks_path,
+                                   work_dir.layout)[1]  # fmt: skip
             tasks = select_tasks(tasks, request.tasks)
             warm = WarmStart.load([Path(d) for d in request.warm_start], target, request.target) \
                 if request.warm_start else None  # fmt: skip

@@ -37,19 +37,19 @@ REFERENCE = "reference.npz"
 def tuned_coverage(model: LoadedModel, work_dir: WorkDir, target: tvm.target.Target) -> tuple[int, int]:
     """How many of the model's tasks have at least one valid record in the database."""
     database = work_dir.database
-    tasks = extract_tasks(model, target)
+    tasks = extract_tasks(model, target, work_dir.layout)
     tuned = sum(1 for task in tasks if database.has_workload(task.mod)
                 and database.get_top_k(database.commit_workload(task.mod), 1))  # fmt: skip
     return tuned, len(tasks)
 
 
 def build_executable(model: LoadedModel, work_dir: WorkDir, target: tvm.target.Target):
-    """Compile the whole model, applying the best record of every tuned task."""
+    """Compile the whole model in the work directory's layout, applying the best record of every tuned task."""
     from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
     load_tensor_intrinsics()
     try:
-        return compile_relax(work_dir.database, prepare_relax(model), target, params=None)
+        return compile_relax(work_dir.database, prepare_relax(model, work_dir.layout, target), target, params=None)
     except Exception as error:
         raise ModelError(f"TVM cannot build {model.name} with the tuned records: {first_line(error)}") from None
 

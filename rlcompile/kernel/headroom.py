@@ -39,7 +39,7 @@ import onnx
 
 from rlcompile import atomic, runtimes
 from rlcompile.events import Event, Listener
-from rlcompile.kernel.tasks import Task, param_shapes
+from rlcompile.kernel.tasks import Task, param_shapes, unblocked
 from rlcompile.machine import cpu_identity
 from rlcompile.measure.timing import MeasureConfig, measure_latency
 from rlcompile.models.onnx_model import graph_inputs, random_tensor
@@ -108,7 +108,7 @@ def task_operator_key(task: Task) -> tuple | None:
     kind = task.name.removeprefix("fused_")
     shapes = [shape for shape in param_shapes(task.mod) if shape]  # scalars (a Clip's bounds) are not tensors
     if "conv2d" in kind:
-        return operator_key("conv", shapes)
+        return operator_key("conv", [unblocked(shape) for shape in shapes])
     if "matmul" in kind or "dense" in kind:
         return operator_key("matmul", shapes)
     return None

@@ -24,6 +24,7 @@ import onnx
 from rlcompile import atomic
 from rlcompile.errors import RlcompileError
 from rlcompile.models import LoadedModel, load_model
+from rlcompile.names import LAYOUTS
 from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, module_key, tvm
 
 #: The seeds' layers: name -> (zoo model, 1-based index among its distinct convolutions in graph order).
@@ -136,11 +137,53 @@ def seed_layer(name: str, target: tvm.target.Target) -> Task:
                 source=f"{model_name} conv {ordinal}")  # fmt: skip
 
 
-def prepare_relax(model: LoadedModel) -> tvm.IRModule:
-    """Import and fold batch norms into the preceding convolutions (what both tuning and building see)."""
+def blocked_layout(target: tvm.target.Target) -> tuple[str, str]:
+    """The (data, weight) layouts of ``nchwc`` on ``target``: one channel block fills a vector register of fp32
+    (NCHW16c with AVX-512, NCHW8c with AVX2), the layout the libraries keep between their own convolutions.
+
+    Relax's ``ConvertLayout`` converts a convolution only where its channels divide by the block (a 3-channel
+    stem, a depthwise or a 24-channel convolution keep NCHW) and carries the layout through the element-wise
+    operators after it, so a layout transform is paid where a blocked run starts and ends, not per operator.
+    """
+    if target.kind.name != "llvm":
+        raise RlcompileError(f"--layout nchwc is for CPU targets; {target.kind.name} keeps nchw")
+    from rlcompile.machine import isa_class
+
+    block = {"avx512": 16, "avx2": 8}.get(isa_class(), 4)
+    return f"NCHW{block}c", f"OIHW{block}i{block}o"
+
+
+def prepare_relax(model: LoadedModel, layout: str = "nchw", target: tvm.target.Target | None = None) -> tvm.IRModule:
+    """Import and fold batch norms into the preceding convolutions, in ``layout`` (what both tuning and building
+    see). The weights' layout transforms are folded into the constants: a blocked weight costs nothing at run
+    time."""
+    if layout not in LAYOUTS:
+        raise RlcompileError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
     module = import_onnx(model.static_proto(), model.name)
     passes = [tvm.relax.transform.FoldBatchnormToConv2D(), tvm.relax.transform.FoldConstant()]
-    return tvm.transform.Sequential(passes)(module)
+    if layout == "nchw":
+        return tvm.transform.Sequential(passes)(module)
+    target = target or tvm.target.Target("llvm")
+    data, weight = blocked_layout(target)
+    passes += [tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": [data, weight]}),
+               tvm.relax.transform.FoldConstant(),
+               tvm.relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_conv2d})]  # fmt: skip
+    with target:  # TOPI's NCHWc convolution reads the target
+        return tvm.transform.Sequential(passes)(module)
+
+
+def legalize_conv2d(builder, call):
+    """Relax's own lowering of conv2d, and TOPI's ``conv2d_NCHWc`` for the blocked ones it leaves alone
+    (Relax legalises only 4-letter layouts); the "zero" pipeline then finds every operator lowered."""
+    from tvm import topi
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    attrs = call.attrs
+    if len(attrs.data_layout) == 4 and len(attrs.kernel_layout) == 4:
+        return _nn_conv2d(builder, call)
+    return builder.call_te(topi.nn.conv2d_NCHWc, call.args[0], call.args[1], attrs.strides, attrs.padding,
+                           attrs.dilation, attrs.data_layout, attrs.out_layout, call.ty.dtype,
+                           primfunc_name_hint="conv2d_NCHWc")  # fmt: skip
 
 
 def relax_for_tuning(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
@@ -150,12 +193,12 @@ def relax_for_tuning(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRM
         return tvm.relax.get_pipeline("zero")(module)
 
 
-def extract_tasks(model: LoadedModel, target: tvm.target.Target) -> list[Task]:
-    """The model's tunable tasks, heaviest first by total FLOPs (weight x FLOPs per call)."""
+def extract_tasks(model: LoadedModel, target: tvm.target.Target, layout: str = "nchw") -> list[Task]:
+    """The model's tunable tasks in ``layout``, heaviest first by total FLOPs (weight x FLOPs per call)."""
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract_tasks
 
     load_tensor_intrinsics()
-    extracted = ms_extract_tasks(relax_for_tuning(prepare_relax(model), target), target)
+    extracted = ms_extract_tasks(relax_for_tuning(prepare_relax(model, layout, target), target), target)
     tasks = [
         Task(
             name=item.task_name,
@@ -171,13 +214,16 @@ def extract_tasks(model: LoadedModel, target: tvm.target.Target) -> list[Task]:
     return tasks
 
 
-def extract_tasks_cached(model: LoadedModel, target: tvm.target.Target, cache: Path) -> list[Task]:
+def extract_tasks_cached(model: LoadedModel, target: tvm.target.Target, cache: Path,
+                         layout: str = "nchw") -> list[Task]:  # fmt: skip
     """:func:`extract_tasks`, saved to ``cache`` as soon as it exists and read back by the next run of the same
     model and target (import and extraction take seconds to minutes; reading them back, a tenth of a second).
     """
     import hashlib
 
     key = {"model": hashlib.sha256(model.serialized).hexdigest(), "target": str(target)}
+    if layout != "nchw":
+        key["layout"] = layout  # an nchw cache written before layouts existed stays valid
     try:
         saved = json.loads(cache.read_text()) if cache.exists() else {}
     except (OSError, ValueError):
@@ -185,7 +231,7 @@ def extract_tasks_cached(model: LoadedModel, target: tvm.target.Target, cache: P
     if saved.get("key") == key:
         return [Task(name=item["name"], label=item["label"], mod=tvm.ir.load_json(item["mod"]), target=target,
                      weight=item["weight"], source=item["source"]) for item in saved["tasks"]]  # fmt: skip
-    tasks = extract_tasks(model, target)
+    tasks = extract_tasks(model, target, layout)
     entries = [{"name": task.name, "label": task.label, "weight": task.weight, "source": task.source,
                 "mod": tvm.ir.save_json(task.mod)} for task in tasks]  # fmt: skip
     atomic.write_json(cache, {"key": key, "tasks": entries})
@@ -198,10 +244,22 @@ def param_shapes(mod: tvm.IRModule) -> list[list[int]]:
     return [[int(d) for d in param.shape] for param in func.params if getattr(param, "shape", None) is not None]
 
 
+def unblocked(shape: list[int]) -> list[int]:
+    """A blocked convolution tensor's shape as the ONNX graph has it: NCHWc data ``(n, C/c, h, w, c)`` -> NCHW,
+    OIHWio weights ``(O/o, I/i, kh, kw, i, o)`` -> OIHW (``--layout nchwc``); any other shape as it is."""
+    if len(shape) == 5:
+        return [shape[0], shape[1] * shape[4], shape[2], shape[3]]
+    if len(shape) == 6:
+        return [shape[0] * shape[5], shape[1] * shape[4], shape[2], shape[3]]
+    return list(shape)
+
+
 def describe_prim_func(task_name: str, mod: tvm.IRModule) -> str:
     """A readable label such as ``conv2d 64x56x56->64 k3 s1`` or ``matmul 1x512x1000``."""
     shapes = param_shapes(mod)
     kind = task_name.removeprefix("fused_")
+    if "conv2d" in kind:
+        shapes = [unblocked(shape) for shape in shapes]
     if "conv2d" in kind and len(shapes) >= 2 and len(shapes[0]) == 4 and len(shapes[1]) == 4:
         (_, channels, height, width), weight, output = shapes[0], shapes[1], shapes[-1]
         stride = max(1, round(height / output[2])) if len(output) == 4 and output[2] else 1

@@ -1,6 +1,7 @@
 """A tuning work directory: what makes a run resumable and its results trustworthy.
 
-    environment.json            target, CPU and library versions; a mismatch on resume is refused
+    environment.json            target, CPU, library versions and the tensors' layout (nchw or nchwc); a
+                                mismatch on resume is refused
     measurements.jsonl          one line per measured candidate (ok or failed), appended and fsync'd
                                 after every batch: the resume log and the failure record
     database_workload.json      MetaSchedule JSON database with the successful records only, used to
@@ -78,9 +79,14 @@ def read_journal(path: Path) -> Iterator[dict]:
 
 
 class WorkDir:
-    """Opens (or creates) a work directory for one target and checks it was made on this machine."""
+    """Opens (or creates) a work directory for one target and checks it was made on this machine.
 
-    def __init__(self, path: Path, target: str) -> None:
+    ``layout``: the convolutions' layout its tasks are tuned in (:data:`rlcompile.kernel.tasks.LAYOUTS`);
+    ``None`` opens an existing directory in the layout it was made with (``nchw`` for a new one, and for
+    directories made before layouts were recorded). Building with the records uses the same layout.
+    """
+
+    def __init__(self, path: Path, target: str, layout: str | None = None) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / "logs").mkdir(exist_ok=True)
@@ -94,8 +100,17 @@ class WorkDir:
         if self.dropped_lines:
             warnings.warn(f"{self.path}: {self.dropped_lines} damaged line(s) set aside in *.corrupt files; "
                           "the measurements on them will be taken again", RlcompileWarning, stacklevel=2)  # fmt: skip
-        self.check_environment(environment_fingerprint(target))
+        self.layout = self.check_layout(layout)
+        self.check_environment(environment_fingerprint(target) | {"layout": self.layout})
         self._database = None
+
+    def check_layout(self, wanted: str | None) -> str:
+        stored_path = self.path / "environment.json"
+        stored = json.loads(stored_path.read_text()).get("layout", "nchw") if stored_path.exists() else None
+        if wanted is not None and stored is not None and wanted != stored:
+            raise RlcompileError(f"work dir {self.path} was tuned in the {stored} layout, this run asks for {wanted}; "
+                                 "its records do not apply (use another --work-dir)")  # fmt: skip
+        return wanted or stored or "nchw"
 
     def check_environment(self, current: dict) -> None:
         stored_path = self.path / "environment.json"

@@ -1,0 +1,97 @@
+"""``--layout nchwc``: convolutions tuned and built with their channels in blocks of the vector width."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rlcompile.cli import main
+from rlcompile.errors import RlcompileError
+from rlcompile.kernel import headroom
+from rlcompile.kernel.tasks import blocked_layout, extract_tasks, prepare_relax
+from rlcompile.kernel.workdir import WorkDir
+from rlcompile.models import load_model
+from tests.conftest import save
+
+
+@pytest.fixture(scope="module")
+def residual_block(tmp_path_factory) -> Path:
+    """Conv 16->32 3x3, Relu, Conv 32->32 1x1, Add of the Relu: channels every vector width divides, and a
+    3-channel head convolution that no blocked layout fits (it must stay NCHW)."""
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, *shape: int):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["head"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["head", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+             helper.make_node("Add", ["c2", "r1"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "residual_block",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])],
+                              [weight("w0", 16, 3, 3, 3), weight("w1", 32, 16, 3, 3), weight("b1", 32),
+                               weight("w2", 32, 32, 1, 1)])  # fmt: skip
+    return save(graph, tmp_path_factory.mktemp("layout") / "residual_block.onnx")
+
+
+def conv_layouts(module) -> list[str]:
+    """The data layout of every Relax conv2d call in ``main``."""
+    from rlcompile.tvm_bridge import tvm
+
+    layouts = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, tvm.relax.Call) and getattr(expr.op, "name", "") == "relax.nn.conv2d":
+            layouts.append(str(expr.attrs.data_layout))
+
+    tvm.relax.analysis.post_order_visit(module["main"], visit)
+    return layouts
+
+
+def test_nchwc_blocks_the_convolutions_whose_channels_divide_and_leaves_the_head(residual_block, target):
+    model = load_model(str(residual_block))
+    assert conv_layouts(prepare_relax(model)) == ["NCHW"] * 3
+    blocked = prepare_relax(model, "nchwc", target)  # lowered already: TOPI's NCHWc convolution per blocked one
+    functions = sorted(name.name_hint for name in blocked.functions if name.name_hint != "main")
+    assert [name for name in functions if name.startswith("conv2d")] == ["conv2d", "conv2d_NCHWc", "conv2d_NCHWc1"]
+    block = int(blocked_layout(target)[0].removeprefix("NCHW").removesuffix("c"))
+    assert block in (4, 8, 16) and "te_layout_transform" in functions  # into the blocked run and out of it
+
+
+def test_blocked_tasks_still_find_their_onnx_operator(residual_block, target):
+    """The headroom ranking matches a task to the graph's convolution by its shapes, blocked or not."""
+    model = load_model(str(residual_block))
+    operators = headroom.graph_operators(model.static_proto())
+    tasks = [task for task in extract_tasks(model, target, "nchwc") if "conv2d" in task.name]
+    assert len(tasks) == 3 and all(headroom.task_operator_key(task) in operators for task in tasks)
+
+
+def test_tuned_and_built_in_nchwc_agrees_with_onnx_runtime(residual_block, tmp_path, capsys):
+    work = tmp_path / "work"
+    tune = ["tune", str(residual_block), "--strategy", "random", "--trials", "8", "--batch-size", "4",
+            "--work-dir", str(work)]  # fmt: skip
+    assert main([*tune, "--layout", "nchwc"]) == 0
+    assert json.loads((work / "environment.json").read_text())["layout"] == "nchwc"
+    artifact = tmp_path / "block.tar"
+    assert main(["build", str(residual_block), "--work-dir", str(work), "-o", str(artifact)]) == 0
+    assert main(["run", str(artifact), "--quick", "--json", str(tmp_path / "run.json")]) == 0
+    assert json.loads((tmp_path / "run.json").read_text())["results"][0]["agreement"]["max_rel"] < 1e-4
+    capsys.readouterr()
+    assert main([*tune, "--layout", "nchw"]) == 2  # the records are for blocked tasks
+    assert "nchwc layout" in capsys.readouterr().err
+
+
+def test_a_work_dir_made_before_layouts_were_recorded_is_nchw(tmp_path):
+    WorkDir(tmp_path, "llvm")
+    recorded = json.loads((tmp_path / "environment.json").read_text())
+    del recorded["layout"]
+    (tmp_path / "environment.json").write_text(json.dumps(recorded))
+    assert WorkDir(tmp_path, "llvm").layout == "nchw"
+    with pytest.raises(RlcompileError, match="nchw layout"):
+        WorkDir(tmp_path, "llvm", "nchwc")
