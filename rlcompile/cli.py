@@ -21,6 +21,7 @@ from rlcompile import __version__
 from rlcompile.errors import RlcompileError, RlcompileWarning
 from rlcompile.measure import QUICK, MeasureConfig
 from rlcompile.names import (
+    DEFAULT_LAYOUT,
     DEFAULT_RUNTIMES,
     EXPORT_TARGETS,
     GRAPH_AGENTS,
@@ -205,7 +206,7 @@ def command_tasks(args: argparse.Namespace) -> int:
 
     target = resolve_target(args.target)
     with stderr.status(f"extracting the tasks of {args.model}"):
-        _, tasks = load_tasks(args.model, target, parse_input_shapes(args.input_shape))
+        _, tasks = load_tasks(args.model, target, parse_input_shapes(args.input_shape), layout=args.layout)
     stdout.print(tasks_table(tasks, f"{args.model}: {len(tasks)} tasks for {args.target}"))
     return 0
 
@@ -420,6 +421,12 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", default=None, help="the most the error may exceed fp32's own (default 0.01)")
 
 
+def add_layout_flag(parser: argparse.ArgumentParser, default: str | None, says: str) -> None:
+    parser.add_argument("--layout", default=default, choices=list(LAYOUTS),
+                        help="the convolutions' layout when tuned and built: nchw as the model has it, or nchwc, "
+                        f"channels in blocks of the CPU's vector width (default: {says})")  # fmt: skip
+
+
 def add_cost_model_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cost-model", default="default", metavar="default|none|PATH",
                         help="the kernel cost model's pretrained prior: the packaged model of this CPU's vector-ISA "
@@ -472,7 +479,7 @@ def command_optimize(args: argparse.Namespace) -> int:
     contract = accuracy_contract(args)
     resolve_cost_model(args.cost_model)
     settings = StageSettings(graph_agent=args.graph_agent, strategy=args.strategy, cost_model=args.cost_model,
-                             layer_agent=args.layer_agent,
+                             layout=args.layout, layer_agent=args.layer_agent,
                              trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
                              libraries=args.libraries, precision=contract.precision,
                              data=str(Path(contract.data).resolve()) if contract.data else None,
@@ -606,6 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = commands.add_parser("tasks", help="list a model's tunable tasks (kernel level)")
     add_model_arguments(tasks)
     tasks.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
+    add_layout_flag(tasks, "nchw", "nchw")
     tasks.set_defaults(handler=command_tasks)
 
     tune = commands.add_parser("tune", help="tune a model's kernels with a search strategy (kernel level)")
@@ -635,11 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
         "before the first batch",
     )  # fmt: skip
     add_cost_model_flag(tune)
-    tune.add_argument(
-        "--layout", default=None, choices=list(LAYOUTS),
-        help="the convolutions' layout when tuned and built: nchw as the model has it, or nchwc, channels in "
-        "blocks of the vector width (default: the work directory's, nchw for a new one)",
-    )  # fmt: skip
+    add_layout_flag(tune, None, "the work directory's, nchw for a new one")
     tune.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
     tune.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on remote devices")
     tune.add_argument("--rpc-key", default=None, help="device key registered with the RPC tracker")
@@ -731,6 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--strategy", default="chameleon", help=f"kernel search: {choices(KERNEL_STRATEGIES)} "
                           "(default chameleon)")  # fmt: skip
     add_cost_model_flag(optimize)
+    add_layout_flag(optimize, DEFAULT_LAYOUT, DEFAULT_LAYOUT)
     optimize.add_argument("--layer-agent", default="qlearning", help=choices(LAYER_SOLVERS))
     optimize.add_argument("--trials", type=int, default=None, help="kernel: at most this many measurements "
                           "(default 32 per task), within the time share")  # fmt: skip

@@ -48,6 +48,8 @@ SAMPLING_STRATEGIES = ("sa", "rl", "chameleon")
 #: The convolutions' layout when kernels are tuned and built (:func:`rlcompile.kernel.tasks.prepare_relax`):
 #: ``nchw`` as the ONNX graph has it, or ``nchwc``, channels in blocks of the CPU's vector width.
 LAYOUTS = ("nchw", "nchwc")
+#: ``optimize``'s kernel stage (measured: :file:`benchmarks/pretrained.py` e2e ``--layout``).
+DEFAULT_LAYOUT = "nchw"
 #: Task schedulers (:func:`rlcompile.kernel.scheduler.create`).
 KERNEL_SCHEDULERS = ("gradient", "round-robin")
 

@@ -31,6 +31,7 @@ from rlcompile.layer.selection import Selection, select_segments
 from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.names import DEFAULT_LAYOUT
 from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, Budget
 from rlcompile.plan import fingerprint
 
@@ -50,6 +51,8 @@ class StageSettings:
     strategy: str = "chameleon"
     #: the kernel cost model's pretrained prior (``--cost-model``: default, none or a file)
     cost_model: str = "default"
+    #: the convolutions' layout in the kernel stage's tuning and TVM's segments (``--layout``)
+    layout: str = DEFAULT_LAYOUT
     layer_agent: str = "qlearning"
     trials: int | None = None
     seed: int = 0
@@ -290,7 +293,8 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
     settings, started = context.settings, time.monotonic()
     model = clean_model(context.current)  # the convolutions the layer stage's TVM segments will have
     request = TuneRequest(model=model.name, work_dir=context.work / TUNING, strategy=settings.strategy,
-                          trials=settings.trials, seed=settings.seed, cost_model=settings.cost_model)  # fmt: skip
+                          trials=settings.trials, seed=settings.seed, cost_model=settings.cost_model,
+                          layout=settings.layout)  # fmt: skip
 
     def report(state) -> None:
         on_batch()
