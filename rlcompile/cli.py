@@ -33,6 +33,7 @@ from rlcompile.names import (
     LAYOUTS,
     LEVELS,
     MODEL_RUNTIMES,
+    OPTIMIZE_LAYOUTS,
     ORT_OPT_LEVELS,
     RUNTIMES,
     SAMPLINGS,
@@ -421,8 +422,9 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", default=None, help="the most the error may exceed fp32's own (default 0.01)")
 
 
-def add_layout_flag(parser: argparse.ArgumentParser, default: str | None, says: str) -> None:
-    parser.add_argument("--layout", default=default, choices=list(LAYOUTS),
+def add_layout_flag(parser: argparse.ArgumentParser, default: str | None, says: str,
+                    layouts: Sequence[str] = LAYOUTS) -> None:  # fmt: skip
+    parser.add_argument("--layout", default=default, choices=list(layouts),
                         help="the convolutions' layout when tuned and built: nchw as the model has it, or nchwc, "
                         f"channels in blocks of the CPU's vector width (default: {says})")  # fmt: skip
 
@@ -735,7 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--strategy", default="chameleon", help=f"kernel search: {choices(KERNEL_STRATEGIES)} "
                           "(default chameleon)")  # fmt: skip
     add_cost_model_flag(optimize)
-    add_layout_flag(optimize, DEFAULT_LAYOUT, DEFAULT_LAYOUT)
+    add_layout_flag(optimize, DEFAULT_LAYOUT, "auto: nchwc unless the model has grouped convolutions",
+                    OPTIMIZE_LAYOUTS)  # fmt: skip
     optimize.add_argument("--layer-agent", default="qlearning", help=choices(LAYER_SOLVERS))
     optimize.add_argument("--trials", type=int, default=None, help="kernel: at most this many measurements "
                           "(default 32 per task), within the time share")  # fmt: skip

@@ -83,6 +83,8 @@ class KernelRecord(Record):
     #: where the libraries leave headroom (:class:`rlcompile.kernel.headroom.Headroom` as a dict): the FMA
     #: peak and, per task, its best library's time and fraction of the peak, and whether it was tuned
     headroom: dict | None = None
+    #: the convolutions' layout the kernels were tuned and built in (``--layout``)
+    layout: str = "nchw"
 
 
 @dataclass

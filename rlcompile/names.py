@@ -48,8 +48,11 @@ SAMPLING_STRATEGIES = ("sa", "rl", "chameleon")
 #: The convolutions' layout when kernels are tuned and built (:func:`rlcompile.kernel.tasks.prepare_relax`):
 #: ``nchw`` as the ONNX graph has it, or ``nchwc``, channels in blocks of the CPU's vector width.
 LAYOUTS = ("nchw", "nchwc")
-#: ``optimize``'s kernel stage (measured: :file:`benchmarks/pretrained.py` e2e ``--layout``).
-DEFAULT_LAYOUT = "nchw"
+#: ``optimize``'s kernel stage: ``auto`` blocks a model without grouped convolutions (measured with
+#: :file:`benchmarks/pretrained.py` e2e ``--layout``: resnet18 1.4x faster blocked, mobilenet_v2 slower,
+#: its depthwise convolutions stay NCHW and every block pays two layout transforms).
+OPTIMIZE_LAYOUTS = ("auto", *LAYOUTS)
+DEFAULT_LAYOUT = "auto"
 #: Task schedulers (:func:`rlcompile.kernel.scheduler.create`).
 KERNEL_SCHEDULERS = ("gradient", "round-robin")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import onnx
 
 from rlcompile import atomic
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import RlcompileError, RlcompileWarning, first_line
 from rlcompile.models import LoadedModel, load_model
 from rlcompile.names import LAYOUTS
 from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, module_key, tvm
@@ -137,6 +138,18 @@ def seed_layer(name: str, target: tvm.target.Target) -> Task:
                 source=f"{model_name} conv {ordinal}")  # fmt: skip
 
 
+def automatic_layout(proto: onnx.ModelProto) -> str:
+    """``--layout auto``: ``nchwc`` for a model with convolutions, none of them grouped; else ``nchw``.
+
+    Relax blocks only dense convolutions: a depthwise one stays NCHW, so a MobileNet pays two layout
+    transforms (and an unfused activation) per block, which measured slower than NCHW throughout.
+    """
+    convolutions = [node for node in proto.graph.node if node.op_type == "Conv"]
+    grouped = any(attribute.name == "group" and attribute.i > 1 for node in convolutions
+                  for attribute in node.attribute)  # fmt: skip
+    return "nchwc" if convolutions and not grouped else "nchw"
+
+
 def blocked_layout(target: tvm.target.Target) -> tuple[str, str]:
     """The (data, weight) layouts of ``nchwc`` on ``target``: one channel block fills a vector register of fp32
     (NCHW16c with AVX-512, NCHW8c with AVX2), the layout the libraries keep between their own convolutions.
@@ -156,18 +169,30 @@ def blocked_layout(target: tvm.target.Target) -> tuple[str, str]:
 def prepare_relax(model: LoadedModel, layout: str = "nchw", target: tvm.target.Target | None = None) -> tvm.IRModule:
     """Import and fold batch norms into the preceding convolutions, in ``layout`` (what both tuning and building
     see). The weights' layout transforms are folded into the constants: a blocked weight costs nothing at run
-    time."""
+    time. A model the blocking passes fail on stays NCHW, with a warning (the same at tuning and build time)."""
     if layout not in LAYOUTS:
         raise RlcompileError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
     module = import_onnx(model.static_proto(), model.name)
-    passes = [tvm.relax.transform.FoldBatchnormToConv2D(), tvm.relax.transform.FoldConstant()]
+    module = tvm.transform.Sequential([tvm.relax.transform.FoldBatchnormToConv2D(),
+                                       tvm.relax.transform.FoldConstant()])(module)  # fmt: skip
     if layout == "nchw":
-        return tvm.transform.Sequential(passes)(module)
-    target = target or tvm.target.Target("llvm")
+        return module
+    try:
+        return blocked(module, target or tvm.target.Target("llvm"))
+    except Exception as error:  # a TVM pass failing on an operator it does not know: keep what works
+        warnings.warn(f"{model.name}: the convolutions stay NCHW, TVM cannot block them: {first_line(error)}",
+                      RlcompileWarning, stacklevel=2)  # fmt: skip
+        return module
+
+
+def blocked(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """``module`` with its convolutions in :func:`blocked_layout` and every operator lowered to TIR."""
     data, weight = blocked_layout(target)
-    passes += [tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": [data, weight]}),
-               tvm.relax.transform.FoldConstant(),
-               tvm.relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_conv2d})]  # fmt: skip
+    passes = [tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": [data, weight]}),
+              # two branches that read one NCHW tensor (a residual block's) would each block it again
+              tvm.relax.transform.EliminateCommonSubexpr(),
+              tvm.relax.transform.FoldConstant(),
+              tvm.relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_conv2d})]  # fmt: skip
     with target:  # TOPI's NCHWc convolution reads the target
         return tvm.transform.Sequential(passes)(module)
 

@@ -51,7 +51,8 @@ class StageSettings:
     strategy: str = "chameleon"
     #: the kernel cost model's pretrained prior (``--cost-model``: default, none or a file)
     cost_model: str = "default"
-    #: the convolutions' layout in the kernel stage's tuning and TVM's segments (``--layout``)
+    #: the convolutions' layout in the kernel stage's tuning and TVM's segments (``--layout``; ``auto``:
+    #: :func:`rlcompile.kernel.tasks.automatic_layout`)
     layout: str = DEFAULT_LAYOUT
     layer_agent: str = "qlearning"
     trials: int | None = None
@@ -288,13 +289,15 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
     from rlcompile.graph.cleanup import clean_model
     from rlcompile.kernel.api import TuneRequest, tune
     from rlcompile.kernel.headroom import HEADROOM_FILE, measure_headroom, tuning_order
+    from rlcompile.kernel.tasks import automatic_layout
     from rlcompile.models.zoo import cache_root
 
     settings, started = context.settings, time.monotonic()
     model = clean_model(context.current)  # the convolutions the layer stage's TVM segments will have
+    layout = automatic_layout(model.proto) if settings.layout == "auto" else settings.layout
     request = TuneRequest(model=model.name, work_dir=context.work / TUNING, strategy=settings.strategy,
                           trials=settings.trials, seed=settings.seed, cost_model=settings.cost_model,
-                          layout=settings.layout)  # fmt: skip
+                          layout=layout)  # fmt: skip
 
     def report(state) -> None:
         on_batch()
@@ -329,7 +332,8 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
                         best_ms={state.task.label: state.best_seconds * 1e3 for state in tuned},
                         wall_s=time.monotonic() - started, cost_model=states[0].cost_model if states else "cold",
                         skipped_tasks={s.task.label: s.skipped for s in states if s.skipped} or None,
-                        headroom=headroom_record(found[0], states) if found else None)  # fmt: skip
+                        headroom=headroom_record(found[0], states) if found else None,
+                        layout=layout)  # fmt: skip
 
 
 def headroom_record(headroom: Headroom, states) -> dict:

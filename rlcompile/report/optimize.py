@@ -42,7 +42,8 @@ def stage_lines(stages: dict[str, Record]) -> list[str]:
     if isinstance(kernel, KernelRecord) and kernel.skipped:
         rows.append(["kernel", f"skipped: {kernel.skipped}", f"{kernel.wall_s:.0f}"])
     elif isinstance(kernel, KernelRecord):
-        rows.append(["kernel", f"{kernel.strategy} ({kernel.cost_model} cost model): {kernel.trials} trials "
+        rows.append(["kernel", f"{kernel.strategy} ({kernel.cost_model} cost model, {kernel.layout}): "
+                     f"{kernel.trials} trials "
                      f"({kernel.resumed_trials} resumed, "
                      f"{kernel.failed_trials} failed), {kernel.tuned_tasks}/{kernel.tasks} tasks tuned"
                      + (f"; skipped (no design space): {', '.join(kernel.skipped_tasks)}"

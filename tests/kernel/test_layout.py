@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from rlcompile.cli import main
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel import headroom
-from rlcompile.kernel.tasks import blocked_layout, extract_tasks, prepare_relax
+from rlcompile.kernel.tasks import automatic_layout, blocked_layout, extract_tasks, prepare_relax
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.models import load_model
 from tests.conftest import save
@@ -95,3 +95,28 @@ def test_a_work_dir_made_before_layouts_were_recorded_is_nchw(tmp_path):
     assert WorkDir(tmp_path, "llvm").layout == "nchw"
     with pytest.raises(RlcompileError, match="nchw layout"):
         WorkDir(tmp_path, "llvm", "nchwc")
+
+
+def test_a_model_tvm_cannot_block_stays_nchw_with_a_warning(residual_block, target, monkeypatch):
+    """A blocking pass failing on some operator (simulated) keeps the model NCHW, at tuning and build time."""
+    from rlcompile.errors import RlcompileWarning
+    from rlcompile.kernel import tasks
+
+    def fails(module, target):
+        raise RuntimeError("InternalError: no layout rule for relax.some_op")
+
+    monkeypatch.setattr(tasks, "blocked", fails)
+    with pytest.warns(RlcompileWarning, match="stay NCHW"):
+        module = prepare_relax(load_model(str(residual_block)), "nchwc", target)
+    assert conv_layouts(module) == ["NCHW"] * 3
+
+
+def test_auto_blocks_dense_convolutions_and_leaves_grouped_ones(residual_block):
+    import onnx
+
+    proto = onnx.load(str(residual_block))
+    assert automatic_layout(proto) == "nchwc"
+    proto.graph.node[1].attribute.append(helper.make_attribute("group", 16))  # now a grouped convolution
+    assert automatic_layout(proto) == "nchw"
+    del proto.graph.node[:]
+    assert automatic_layout(proto) == "nchw"  # no convolution at all

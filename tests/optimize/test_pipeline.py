@@ -56,6 +56,7 @@ def test_the_kernel_stage_records_each_tasks_library_headroom_and_what_it_tuned(
     assert len(convolutions) == 2 and all(0 < row["fraction_of_peak"] < 1 for row in convolutions)
     tuned = {row["label"]: row["tvm_best_ms"] for row in headroom["rows"] if row["tuned"]}
     assert tuned == pytest.approx(kernel["best_ms"])
+    assert kernel["layout"] == "nchwc"  # auto: LeNet's convolutions are not grouped
 
 
 def test_output_is_a_verified_plan_directory_with_manifest_and_report(interrupted_then_resumed):
