@@ -54,6 +54,7 @@ from rlcompile.kernel.pretrained import Dataset, packaged_path, train
 from rlcompile.kernel.transfer import WarmStart
 from rlcompile.kernel.workdir import read_journal
 from rlcompile.machine import environment
+from rlcompile.names import LAYOUTS
 
 console = Console(width=160)
 #: (model, tasks, measurements per task, strategy): the evaluation models first (their sa runs are the goal)
@@ -82,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("results/pretrained"))
     parser.add_argument("--minutes", default="10,20", help="e2e: tuning checkpoints, in minutes of wall time")
-    parser.add_argument("--layout", default="nchw", choices=("nchw", "nchwc"),
+    parser.add_argument("--layout", default="nchw", choices=LAYOUTS,
                         help="e2e: the convolutions' layout when tuned and built (arms other than nchw are named "
                         "ARM-LAYOUT)")  # fmt: skip
     return parser.parse_args(argv)

@@ -100,33 +100,31 @@ class WorkDir:
         if self.dropped_lines:
             warnings.warn(f"{self.path}: {self.dropped_lines} damaged line(s) set aside in *.corrupt files; "
                           "the measurements on them will be taken again", RlcompileWarning, stacklevel=2)  # fmt: skip
-        self.layout = self.check_layout(layout)
-        self.check_environment(environment_fingerprint(target) | {"layout": self.layout})
+        self.layout = self.check_environment(environment_fingerprint(target), layout)
         self._database = None
 
-    def check_layout(self, wanted: str | None) -> str:
+    def check_environment(self, current: dict, layout: str | None) -> str:
+        """Refuse a directory made on another machine, target, TVM version or layout; record a new one's
+        environment. Returns the directory's layout."""
         stored_path = self.path / "environment.json"
-        stored = json.loads(stored_path.read_text()).get("layout", "nchw") if stored_path.exists() else None
-        if wanted is not None and stored is not None and wanted != stored:
-            raise RlcompileError(f"work dir {self.path} was tuned in the {stored} layout, this run asks for {wanted}; "
-                                 "its records do not apply (use another --work-dir)")  # fmt: skip
-        return wanted or stored or "nchw"
-
-    def check_environment(self, current: dict) -> None:
-        stored_path = self.path / "environment.json"
-        if stored_path.exists():
-            stored = json.loads(stored_path.read_text())
-            for field in MATCHED_FIELDS:
-                if stored.get(field) != current[field]:
-                    raise RlcompileError(
-                        f"work dir {self.path} was tuned with {field}={stored.get(field)!r}, this run has "
-                        f"{current[field]!r}; its measurements do not apply here (use another --work-dir)"
-                    )
-            if mismatch := cpu_mismatch(stored):  # same name, other signature (e.g. with and without AVX-512)
-                raise RlcompileError(f"work dir {self.path} was {mismatch}; its measurements do not apply here "
-                                     "(use another --work-dir)")  # fmt: skip
-        else:
-            stored_path.write_text(json.dumps(current, indent=1))
+        if not stored_path.exists():
+            stored_path.write_text(json.dumps(current | {"layout": layout or "nchw"}, indent=1))
+            return layout or "nchw"
+        stored = json.loads(stored_path.read_text())
+        recorded = stored.get("layout", "nchw")
+        if layout is not None and layout != recorded:
+            raise RlcompileError(f"work dir {self.path} was tuned in the {recorded} layout, this run asks for "
+                                 f"{layout}; its records do not apply (use another --work-dir)")  # fmt: skip
+        for field in MATCHED_FIELDS:
+            if stored.get(field) != current[field]:
+                raise RlcompileError(
+                    f"work dir {self.path} was tuned with {field}={stored.get(field)!r}, this run has "
+                    f"{current[field]!r}; its measurements do not apply here (use another --work-dir)"
+                )
+        if mismatch := cpu_mismatch(stored):  # same name, other signature (e.g. with and without AVX-512)
+            raise RlcompileError(f"work dir {self.path} was {mismatch}; its measurements do not apply here "
+                                 "(use another --work-dir)")  # fmt: skip
+        return recorded
 
     @property
     def database(self):
