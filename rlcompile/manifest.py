@@ -117,6 +117,7 @@ class LatencyRecord(Record):
     speedup: float
     noise: float | None = None
     agreement: dict | None = None
+    rounds: int | None = None  # how many rounds the contest took (it settles: more while the twins disagree)
 
     def to_json(self) -> dict:  # noise and agreement are written even when unknown (null)
         return asdict(self)

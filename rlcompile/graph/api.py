@@ -13,8 +13,9 @@ The same rule serves ``rlcompile graph`` and ``optimize``'s graph stage.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from rlcompile.measure import (
     DEFAULT,
     REPORT_ROUNDS,
     REWRITE_RULE,
+    SETTLE,
     Contender,
     LatencyStats,
     MeasureConfig,
@@ -58,6 +60,7 @@ class GraphRequest:
     seed: int = 0
     timing: MeasureConfig | None = DEFAULT  # None: no timing, the verified rewrite is returned as it is
     threads: int | None = None  # ONNX Runtime's intra-op threads when timing (None: all cores)
+    judge_s: float | None = None  # the most the judging contest may take (None: 4x an unsettled contest)
     train_episodes: int | None = None  # None: the agent's own default
     temperature: float = 1.0
     checkpoint: Path | None = None
@@ -108,16 +111,22 @@ class Verdict:
 
 
 def judge(original: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: dict[str, np.ndarray],
-          timing: MeasureConfig, threads: int | None = None, rounds: int = DECISION_ROUNDS) -> Verdict:  # fmt: skip
+          timing: MeasureConfig, threads: int | None = None, rounds: int = DECISION_ROUNDS,
+          seconds: float | None = None) -> Verdict:  # fmt: skip
     """A contest in ORT_ENABLE_ALL between the original, the rewrite and a twin session of the original.
 
-    The rewrite is kept when it beats the original under :data:`~rlcompile.measure.REWRITE_RULE`.
+    The rewrite is kept when it beats the original under :data:`~rlcompile.measure.REWRITE_RULE`; the contest
+    settles (:class:`~rlcompile.measure.Settle`): more rounds while the twin and the original disagree, within
+    ``seconds`` (default: four times what an unsettled contest at ``timing`` takes); the first batch takes a third.
     """
+    seconds = seconds if seconds is not None else 4 * contest.contest_seconds(timing, 3)
+    timing = contest.fit_within(timing, 3, seconds / 3)
+    settle = replace(SETTLE, deadline=time.monotonic() + seconds)
     runtime, options = OrtRuntime("all"), RuntimeOptions(threads, exclusive=True)
     timers = [runtime.compile(proto, options, f"graph{i}").timer(feeds)
               for i, proto in enumerate((original, rewritten, original))]  # fmt: skip
     standings = run_contest([Contender("original", timers[0]), Contender("rewritten", timers[1]),
-                             Contender("twin", timers[2], twin_of="original")], timing, rounds)  # fmt: skip
+                             Contender("twin", timers[2], twin_of="original")], timing, rounds, settle)  # fmt: skip
     kept = standings.beats("rewritten", "original", REWRITE_RULE)
     return Verdict(kept, standings["original"], standings["rewritten"], standings["twin"])
 
@@ -217,7 +226,7 @@ def optimize_graph(
     if request.timing is not None:
         progress(Phase("graph", "timing the original, the rewrite and a twin of the original in ONNX Runtime",
                        "measure"))  # fmt: skip
-        verdict = judge(model.proto, proto, feeds, request.timing, request.threads)
+        verdict = judge(model.proto, proto, feeds, request.timing, request.threads, seconds=request.judge_s)
         original_ms, optimized_ms = verdict.original, verdict.rewritten
         progress(Decision("graph", verdict.reason(), verdict.kept, verdict.gain, verdict.noise))
     nodes_after = len(final.graph)

@@ -154,9 +154,10 @@ def blocked_layout(target: tvm.target.Target) -> tuple[str, str]:
     """The (data, weight) layouts of ``nchwc`` on ``target``: one channel block fills a vector register of fp32
     (NCHW16c with AVX-512, NCHW8c with AVX2), the layout the libraries keep between their own convolutions.
 
-    Relax's ``ConvertLayout`` converts a convolution only where its channels divide by the block (a 3-channel
-    stem, a depthwise or a 24-channel convolution keep NCHW) and carries the layout through the element-wise
-    operators after it, so a layout transform is paid where a blocked run starts and ends, not per operator.
+    Relax's ``ConvertLayout`` converts each dense convolution (:func:`conv_layouts`: a 3-channel stem reads
+    NCHW3c and writes the block, 24 channels take NCHW8c, a depthwise convolution keeps NCHW) and carries the
+    layout through the element-wise and pooling operators after it, so a layout transform is paid where a
+    blocked run starts and ends, not per operator.
     """
     if target.kind.name != "llvm":
         raise RlcompileError(f"--layout nchwc is for CPU targets; {target.kind.name} keeps nchw")
@@ -185,10 +186,41 @@ def prepare_relax(model: LoadedModel, layout: str = "nchw", target: tvm.target.T
         return module
 
 
+def channel_block(channels: int, block: int) -> int | None:
+    """The channel block of a convolution tensor with ``channels`` channels: the vector width when it divides
+    them; all of them when they are fewer (a 3-channel image is one block, so the stem reads NCHW3c and writes
+    the vector width); else the largest power of two from 4 up that divides them (24 channels: 8); else none."""
+    if channels % block == 0:
+        return block
+    if channels < block:
+        return channels
+    power = block // 2
+    while power >= 4 and channels % power:
+        power //= 2
+    return power if power >= 4 else None
+
+
+def conv_layouts(call, block: int) -> dict[str, list[str]]:
+    """``ConvertLayout``'s callback: the blocked (data, weight, output) layouts of one dense convolution, its
+    input and output channels blocked by :func:`channel_block`; grouped convolutions and channel counts no
+    block fits keep NCHW."""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return {}
+    weight = call.args[1].ty.shape
+    out_channels, in_channels = int(weight[0]), int(weight[1])
+    data_block, out_block = channel_block(in_channels, block), channel_block(out_channels, block)
+    if call.attrs.groups != 1 or data_block is None or out_block is None:
+        return {"relax.nn.conv2d": ["NCHW", "OIHW"]}
+    return {"relax.nn.conv2d": [f"NCHW{data_block}c", f"OIHW{data_block}i{out_block}o", f"NCHW{out_block}c"]}
+
+
 def blocked(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """``module`` with its convolutions in :func:`blocked_layout` and every operator lowered to TIR."""
+    """``module`` with its convolutions in :func:`blocked_layout` (the stem's 3 input channels as one block,
+    :func:`conv_layouts`) and every operator lowered to TIR."""
     data, weight = blocked_layout(target)
-    passes = [tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": [data, weight]}),
+    block = int(data.removeprefix("NCHW").removesuffix("c"))
+    passes = [tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": [data, weight]},
+                                                layout_cb=lambda call: conv_layouts(call, block)),
               # two branches that read one NCHW tensor (a residual block's) would each block it again
               tvm.relax.transform.EliminateCommonSubexpr(),
               tvm.relax.transform.FoldConstant(),

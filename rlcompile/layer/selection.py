@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from rlcompile import runtimes
 from rlcompile.errors import ModelError, first_line
@@ -38,11 +39,14 @@ from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import (
     DECISION_ROUNDS,
     DEFAULT,
+    NOISY,
     PLAN_RULE,
     Contender,
     KeepRule,
     LatencyStats,
     MeasureConfig,
+    Settle,
+    Standings,
     contest,
     run_contest,
     spread_over,
@@ -65,6 +69,9 @@ SINGLE = "single:"
 BOUNDARY_SCALE_RANGE = (1.0, 20.0)
 #: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
 ROUNDS = DECISION_ROUNDS
+#: With a deadline, the final contest's first batch of rounds is fitted into this share of the time left; the
+#: settling batches (fewer contenders: those still in contention) may use the rest.
+FIRST_BATCH_SHARE = 0.3
 #: With a deadline, the share of the time left after grouping kept for compiling, checking and timing the
 #: candidates; the profile gets the rest.
 FINAL_SHARE = 0.6
@@ -125,6 +132,7 @@ class Selection:
     chosen: Candidate
     natives: dict[str, LatencyStats] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+    rounds: int = 0  # how many rounds the final contest took
 
     @property
     def drift(self) -> float:
@@ -180,6 +188,7 @@ class Selection:
             "chosen": self.chosen.to_dict(),
             "native_ms": {name: stats.median_ms for name, stats in self.natives.items()},
             "noise": self.noise,
+            "rounds": self.rounds,
             "drift": self.drift,
             "expected_ms": {", ".join(c.labels): self.expected_ms(c) for c in self.candidates},
             "groups": self.group_rows(),
@@ -352,9 +361,9 @@ def select_segments(
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
                                       skip=natively_run(candidates, original))  # fmt: skip
-    stats = time_candidates(grouped, candidates, natives, timing, progress, deadline)
+    stats, rounds = time_candidates(grouped, candidates, natives, timing, progress, deadline, original.proto)
     return Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
-                     pick(candidates), stats, unavailable)  # fmt: skip
+                     pick(candidates), stats, unavailable, rounds)  # fmt: skip
 
 
 def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:
@@ -433,30 +442,65 @@ def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], creat
 
 
 def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callable], timing: MeasureConfig,
-                         feeds: dict[str, np.ndarray]) -> dict[str, LatencyStats]:  # fmt: skip
-    """One contest between the runnable candidates and the native runs; fills ``candidate.measured``."""
+                         feeds: dict[str, np.ndarray], native_proto: onnx.ModelProto | None = None,
+                         settle: Settle | None = None,
+                         progress: Listener = ignore) -> Standings:  # fmt: skip
+    """One contest between the runnable candidates and the native runs; fills ``candidate.measured``, and
+    returns the standings (the native runs under their names).
+
+    The twins are the native runs' identical sessions and every one-segment candidate that runs
+    ``native_proto`` (the model the native runs run) in a library that is also run natively; ``settle``
+    extends the contest while they disagree.
+    """
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
     # the twins run first and ORT native last in the first round, so their ratio spans the round
     probes = [Contender(name, call, twin_of=PROBES[name]) for name, call in natives.items() if name in PROBES]
-    plans = [Contender(f"plan {index}", lambda c=c: c.engine.run(feeds), simplicity=c.segments)
-             for index, c in enumerate(runnable)]  # fmt: skip
+    plans = [Contender(f"plan {index}", lambda c=c: c.engine.run(feeds), native_twin(c, native_proto, natives),
+                       c.segments) for index, c in enumerate(runnable)]  # fmt: skip
     others = [Contender(name, call) for name, call in natives.items() if name not in PROBES]
-    standings = run_contest([*probes, *plans, *others], spread_over(timing, ROUNDS), ROUNDS)
+    standings = run_contest([*probes, *plans, *others], spread_over(timing, ROUNDS), ROUNDS, settle)
+    report_noise(standings, progress)
     for candidate, contender in zip(runnable, plans, strict=True):
         candidate.measured = standings[contender.label]
-    return {contender.label: standings[contender.label] for contender in [*probes, *others]}
+    return standings
+
+
+def report_noise(standings: Standings, progress: Listener) -> None:
+    """Say how many rounds the contest took and how far its twins stayed apart; beyond
+    :data:`~rlcompile.measure.NOISY`, that gains below that spread cannot be judged on this machine now."""
+    if standings.noise is None:
+        return
+    spread = f"identical sessions differ by {100 * standings.noise:.1f}% after {standings.rounds} rounds"
+    if standings.noise > NOISY:
+        progress(Event("layer", f"{spread}: the machine is too noisy now to judge gains below that"))
+    else:
+        progress(Event("layer", spread))
+
+
+def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, natives: dict[str, Callable]) -> str | None:
+    """The native run ``candidate`` is identical to (one segment of ``native_proto`` in that library), if any."""
+    compiled = candidate.engine.compiled
+    if native_proto is None or len(compiled) != 1 or compiled[0].segment.proto is not native_proto:
+        return None
+    label = f"{candidate.engine.libraries[0]} native"
+    return label if label in natives else None
 
 
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
-                    timing: MeasureConfig, progress: Listener,
-                    deadline: float | None = None) -> dict[str, LatencyStats]:  # fmt: skip
+                    timing: MeasureConfig, progress: Listener, deadline: float | None = None,
+                    native_proto: onnx.ModelProto | None = None) -> tuple[dict[str, LatencyStats], int]:  # fmt: skip
     """The final measurement: every candidate and every native run, in one contest (shortened to end by
-    ``deadline`` when there is one, down to a floor)."""
+    ``deadline`` when there is one, down to a floor), settled: more rounds while the twins differ by more
+    than :data:`~rlcompile.measure.contest.SETTLED_NOISE` and the deadline allows. Returns the native runs'
+    latencies and the rounds the contest took."""
     runnable = sum(c.engine is not None and c.error is None for c in candidates)
-    if deadline is not None:
-        timing = contest.fit_within(timing, runnable + len(natives), deadline - time.monotonic())
+    if deadline is not None:  # the first batch of rounds takes a part of the time left, settling the rest
+        seconds = FIRST_BATCH_SHARE * (deadline - time.monotonic())
+        timing = contest.fit_within(timing, runnable + len(natives), seconds)
     progress(Phase("layer", f"timing {runnable} plans and {len(natives)} native runs in turns", "measure"))
-    return time_candidates_once(candidates, natives, timing, grouped.feeds)
+    standings = time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto,
+                                     Settle(deadline=deadline), progress)  # fmt: skip
+    return {name: standings[name] for name in natives}, standings.rounds
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:

@@ -23,6 +23,8 @@ SHARES = {"graph": 0.15, "kernel": 0.50, "layer": 0.35}
 WRITE_SHARE = 0.03
 #: The graph search's part of the graph share (verifying and judging the rewrite take the rest).
 GRAPH_SEARCH_SHARE = 0.5
+#: The graph judge's contest's part of the graph share (it settles within it; verifying takes the rest).
+JUDGE_SHARE = 0.3
 #: ``--quick``: a few minutes on a zoo CNN on 2 cores.
 QUICK_BUDGET_S = 240.0
 DEFAULT_BUDGET_S = 1200.0

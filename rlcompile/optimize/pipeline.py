@@ -161,4 +161,5 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
     kernel = min([graph, *selection.single_library_ms(("tvm",))])
     final = selection.chosen.measured.median_ms
     agreement = selection.chosen.agreement.to_dict() if selection.chosen.agreement else None
-    return LatencyRecord(natives, original, graph, kernel, final, original / final, selection.noise, agreement)
+    return LatencyRecord(natives, original, graph, kernel, final, original / final, selection.noise, agreement,
+                         selection.rounds)  # fmt: skip

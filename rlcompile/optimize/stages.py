@@ -32,7 +32,7 @@ from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRe
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import DEFAULT_LAYOUT
-from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, Budget
+from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, JUDGE_SHARE, Budget
 from rlcompile.plan import fingerprint
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ class GraphStage:
         request = GraphRequest(agent=settings.graph_agent, max_steps=50,
                                time_limit_s=max(limit_s * GRAPH_SEARCH_SHARE, 1.0),
                                seed=settings.seed, timing=settings.timing, threads=settings.threads,
-                               checkpoint=checkpoint)  # fmt: skip
+                               judge_s=limit_s * JUDGE_SHARE, checkpoint=checkpoint)  # fmt: skip
         try:
             run = optimize_graph(context.original, request, context.progress)
         except RlcompileError:

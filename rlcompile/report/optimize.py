@@ -141,7 +141,8 @@ def write_report(output: Path, manifest: Manifest) -> None:
              for name, value in latency.native_ms.items()]  # fmt: skip
     lines += markdown_table(["", "median ms", "speed-up vs the faster native"], rows)
     agreement = latency.agreement or {}
-    lines += ["", f"Measured in turns in one process ({DECISION_ROUNDS} rounds). Two identical sessions of one "
+    rounds = latency.rounds or DECISION_ROUNDS
+    lines += ["", f"Measured in turns in one process ({rounds} rounds). Two identical sessions of one "
               f"library differed by {100 * noise:.1f}% in this run." if noise is not None else "",
               f"Outputs agree with ONNX Runtime on the original model (max relative error "
               f"{agreement.get('max_rel', float('nan')):.1e}).", "", "## Stages", ""]  # fmt: skip

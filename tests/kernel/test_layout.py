@@ -12,16 +12,24 @@ from onnx import TensorProto, helper, numpy_helper
 from rlcompile.cli import main
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel import headroom
-from rlcompile.kernel.tasks import automatic_layout, blocked_layout, extract_tasks, prepare_relax
+from rlcompile.kernel.tasks import (
+    automatic_layout,
+    blocked_layout,
+    channel_block,
+    extract_tasks,
+    param_shapes,
+    prepare_relax,
+)
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.models import load_model
+from rlcompile.tvm_bridge import tvm
 from tests.conftest import save
 
 
 @pytest.fixture(scope="module")
 def residual_block(tmp_path_factory) -> Path:
-    """Conv 16->32 3x3, Relu, Conv 32->32 1x1, Add of the Relu: channels every vector width divides, and a
-    3-channel head convolution that no blocked layout fits (it must stay NCHW)."""
+    """Conv 16->32 3x3, Relu, Conv 32->32 1x1, Add of the Relu: channels every vector width divides, after a
+    3-channel head convolution (a stem: its three input channels are one block)."""
     rng = np.random.default_rng(0)
 
     def weight(name: str, *shape: int):
@@ -54,14 +62,23 @@ def conv_layouts(module) -> list[str]:
     return layouts
 
 
-def test_nchwc_blocks_the_convolutions_whose_channels_divide_and_leaves_the_head(residual_block, target):
+def test_nchwc_blocks_every_dense_convolution_the_stem_included(residual_block, target):
     model = load_model(str(residual_block))
     assert conv_layouts(prepare_relax(model)) == ["NCHW"] * 3
     blocked = prepare_relax(model, "nchwc", target)  # lowered already: TOPI's NCHWc convolution per blocked one
     functions = sorted(name.name_hint for name in blocked.functions if name.name_hint != "main")
-    assert [name for name in functions if name.startswith("conv2d")] == ["conv2d", "conv2d_NCHWc", "conv2d_NCHWc1"]
+    convolutions = [name for name in functions if name.startswith("conv2d")]
+    assert convolutions == ["conv2d_NCHWc", "conv2d_NCHWc1", "conv2d_NCHWc2"]
     block = int(blocked_layout(target)[0].removeprefix("NCHW").removesuffix("c"))
     assert block in (4, 8, 16) and "te_layout_transform" in functions  # into the blocked run and out of it
+    shapes = [param_shapes(tvm.IRModule({"main": blocked[name]}))[:2] for name in convolutions]
+    stem = next(pair for pair in shapes if pair[0][-1] == 3)  # NCHW3c in, 3i{block}o weights
+    assert stem[0] == [1, 1, 8, 8, 3] and stem[1] == [16 // block, 1, 3, 3, 3, block]
+
+
+def test_channel_blocks_fill_the_vector_or_take_the_largest_power_of_two_that_fits():
+    assert [channel_block(channels, 16) for channels in (3, 32, 24, 40, 30)] == [3, 16, 8, 8, None]
+    assert [channel_block(channels, 8) for channels in (3, 16, 12)] == [3, 8, 4]
 
 
 def test_blocked_tasks_still_find_their_onnx_operator(residual_block, target):

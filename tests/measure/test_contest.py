@@ -6,7 +6,16 @@ import time
 
 import pytest
 
-from rlcompile.measure import PLAN_RULE, REWRITE_RULE, Contender, KeepRule, MeasureConfig, run_contest, summarize
+from rlcompile.measure import (
+    PLAN_RULE,
+    REWRITE_RULE,
+    Contender,
+    KeepRule,
+    MeasureConfig,
+    Settle,
+    run_contest,
+    summarize,
+)
 from rlcompile.measure.contest import Standings, beats, fastest
 
 QUICK_TURNS = MeasureConfig(warmup=1, min_repeats=5, min_time_s=0.02, max_time_s=1.0)
@@ -51,3 +60,45 @@ def test_ties_within_the_band_go_to_the_simplest_contender():
 def test_contender_labels_must_be_unique():
     with pytest.raises(ValueError, match="unique"):
         run_contest([Contender("a", sleeper(0)), Contender("a", sleeper(0))], QUICK_TURNS, rounds=1)
+
+
+def slow_at_first(ms: float, slow_ms: float, slow_calls: int):
+    """A call that takes ``slow_ms`` for its first ``slow_calls`` calls, then ``ms``: a twin in a slow spell."""
+    calls = [0]
+
+    def call():
+        calls[0] += 1
+        time.sleep((slow_ms if calls[0] <= slow_calls else ms) / 1e3)
+
+    return call
+
+
+BLOCKS = MeasureConfig(warmup=0, min_repeats=3, min_time_s=0.0, max_time_s=1.0)
+
+
+def test_a_settling_contest_adds_rounds_until_the_twins_agree():
+    # the twin's first 10 calls are slow: after 5 rounds (15 samples) its median is the slow one, after a second
+    # batch of 5 rounds (30 samples) it is not
+    contenders = [Contender("original", sleeper(2)), Contender("twin", slow_at_first(2, 4, 10), twin_of="original")]
+    settled = run_contest(contenders, BLOCKS, rounds=5, settle=Settle(target=0.2))
+    assert settled.rounds == 10
+    assert settled.noise < 0.2
+    assert settled["twin"].repeats == 30
+
+
+def test_a_contest_settles_no_further_than_its_batches_and_its_deadline():
+    always_slow = [Contender("original", sleeper(1)), Contender("twin", sleeper(3), twin_of="original")]
+    assert run_contest(always_slow, BLOCKS, rounds=2, settle=Settle(max_batches=3)).rounds == 6
+    past = Settle(deadline=time.monotonic())
+    assert run_contest(always_slow, BLOCKS, rounds=2, settle=past).rounds == 2
+    without_twins = [Contender("a", sleeper(1)), Contender("b", sleeper(3))]
+    assert run_contest(without_twins, BLOCKS, rounds=2, settle=Settle()).rounds == 2
+
+
+def test_settling_batches_time_only_the_contenders_still_in_contention():
+    contenders = [Contender("original", sleeper(2)), Contender("twin", slow_at_first(2, 4, 10), twin_of="original"),
+                  Contender("close", sleeper(2.05)), Contender("far behind", sleeper(6))]  # fmt: skip
+    settled = run_contest(contenders, BLOCKS, rounds=5, settle=Settle(target=0.2))
+    assert settled.rounds == 10
+    assert settled["close"].repeats == settled["original"].repeats == 30
+    assert settled["far behind"].repeats == 15  # the first batch only: 3x the fastest, out of contention

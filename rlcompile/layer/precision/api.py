@@ -119,7 +119,8 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     natives = make_native_timers(model, grouped.feeds, threads, created)
     for candidate in selection.candidates:
         candidate.measured = None
-    selection.natives = time_candidates(grouped, selection.candidates, natives, timing, progress, final_deadline)
+    selection.natives, selection.rounds = time_candidates(grouped, selection.candidates, natives, timing, progress,
+                                                          final_deadline, model.proto)  # fmt: skip
     selection.chosen = pick(selection.candidates)
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
