@@ -10,7 +10,13 @@ twins' spread |twin / original - 1| is the noise the contest would report. Varia
 * ``default``: as the layer stage times them today;
 * ``long-blocks``: 0.7 s blocks (each contender runs longer per turn);
 * ``quiet``: every session's workers stop spinning after each run (``session.force_spinning_stop``), so a
-  contender's pool does not spin into the next one's turn.
+  contender's pool does not spin into the next one's turn;
+* ``quick``: ``--quick``'s blocks (``spread_over(QUICK, 5)``, 0.04 s), 5 rounds: what a contest gave before
+  contests settled;
+* ``settled``: ``quick`` blocks, settling (:data:`rlcompile.measure.SETTLE`: batches of 5 rounds while the twins
+  differ by more than 2%, at most 8 batches), as decisions are timed now.
+
+Each result also records the rounds and seconds its contest took.
 
 Writes ``contest_noise.json`` (every spread, with the environment) and prints the median and the worst
 spread per model and variant.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,12 +37,12 @@ from rich.table import Table
 
 from rlcompile import atomic, runtimes
 from rlcompile.machine import environment
-from rlcompile.measure import DEFAULT, Contender, run_contest, spread_over
+from rlcompile.measure import DEFAULT, QUICK, SETTLE, Contender, run_contest, spread_over
 from rlcompile.models import corpus, load_model
 from rlcompile.runtimes import RuntimeOptions
 
 console = Console(width=160)
-VARIANTS = ("default", "long-blocks", "quiet")
+VARIANTS = ("default", "long-blocks", "quiet", "quick", "settled")
 
 
 def contenders(model, feeds: dict, threads: int, variant: str) -> list[Contender]:
@@ -55,16 +62,19 @@ def spreads(model_name: str, threads: int, variant: str, repeats: int) -> list[d
     spec = corpus.model_spec(entries[model_name]) if model_name in entries else model_name
     model = load_model(spec)
     feeds = model.random_inputs(0)
-    timing = spread_over(DEFAULT, 5)
+    timing = spread_over(QUICK if variant in ("quick", "settled") else DEFAULT, 5)
     if variant == "long-blocks":
         timing = replace(timing, min_time_s=0.7)
     results = []
     for _ in range(repeats):
-        standings = run_contest(contenders(model, feeds, threads, variant), timing, rounds=5)
+        started = time.monotonic()
+        standings = run_contest(contenders(model, feeds, threads, variant), timing, rounds=5,
+                                settle=SETTLE if variant == "settled" else None)  # fmt: skip
         medians = {label: stats.median_ms for label, stats in standings.stats.items()}
         results.append({"ort": abs(medians["ort twin"] / medians["ort"] - 1),
                         "openvino": abs(medians["openvino twin"] / medians["openvino"] - 1),
-                        "ort_ms": medians["ort"], "openvino_ms": medians["openvino"]})  # fmt: skip
+                        "ort_ms": medians["ort"], "openvino_ms": medians["openvino"], "rounds": standings.rounds,
+                        "seconds": time.monotonic() - started})  # fmt: skip
     return results
 
 
@@ -87,14 +97,16 @@ def main(argv: list[str] | None = None) -> int:
             saved["runs"][key] = spreads(model_name, args.threads, variant, args.repeats)
             atomic.write_json(path, saved, indent=1)
     table = Table(title="twins' spread in a contest (median / worst over repeats)")
-    for column in ("model", "variant", "ort twins", "openvino twins", "ort ms", "openvino ms"):
+    for column in ("model", "variant", "ort twins", "openvino twins", "ort ms", "openvino ms", "rounds", "s"):
         table.add_column(column)
     for key, runs in saved["runs"].items():
         model_name, variant = key.rsplit("/", 1)
         cells = [f"{100 * np.median([r[k] for r in runs]):.1f}% / {100 * max(r[k] for r in runs):.1f}%"
                  for k in ("ort", "openvino")]  # fmt: skip
         table.add_row(model_name, variant, *cells, f"{np.median([r['ort_ms'] for r in runs]):.2f}",
-                      f"{np.median([r['openvino_ms'] for r in runs]):.2f}")  # fmt: skip
+                      f"{np.median([r['openvino_ms'] for r in runs]):.2f}",
+                      f"{np.median([r.get('rounds', 5) for r in runs]):.0f}",
+                      f"{np.median([r['seconds'] for r in runs]):.1f}" if "seconds" in runs[0] else "")  # fmt: skip
     console.print(table)
     console.log(f"wrote {path}")
     return 0

@@ -141,8 +141,10 @@ def seed_layer(name: str, target: tvm.target.Target) -> Task:
 def automatic_layout(proto: onnx.ModelProto) -> str:
     """``--layout auto``: ``nchwc`` for a model with convolutions, none of them grouped; else ``nchw``.
 
-    Relax blocks only dense convolutions: a depthwise one stays NCHW, so a MobileNet pays two layout
-    transforms (and an unfused activation) per block, which measured slower than NCHW throughout.
+    Measured when Relax blocked only dense convolutions: a MobileNet then paid two layout transforms (and an
+    unfused ReLU6) per block and ran slower than NCHW throughout. Depthwise convolutions and ReLU6 are blocked
+    now (:func:`conv_layouts`, :func:`clip_as_min_max`), not yet measured against NCHW: grouped models stay
+    NCHW until they are.
     """
     convolutions = [node for node in proto.graph.node if node.op_type == "Conv"]
     grouped = any(attribute.name == "group" and attribute.i > 1 for node in convolutions
@@ -155,8 +157,9 @@ def blocked_layout(target: tvm.target.Target) -> tuple[str, str]:
     (NCHW16c with AVX-512, NCHW8c with AVX2), the layout the libraries keep between their own convolutions.
 
     Relax's ``ConvertLayout`` converts each dense convolution (:func:`conv_layouts`: a 3-channel stem reads
-    NCHW3c and writes the block, 24 channels take NCHW8c, a depthwise convolution keeps NCHW) and carries the
-    layout through the element-wise and pooling operators after it, so a layout transform is paid where a
+    NCHW3c and writes the block, 24 channels take NCHW8c, a depthwise convolution stays in its input's block;
+    other grouped ones keep NCHW) and carries the layout through the element-wise and pooling operators after
+    it (a ReLU6's clip is rewritten as maximum and minimum for that), so a layout transform is paid where a
     blocked run starts and ends, not per operator.
     """
     if target.kind.name != "llvm":
@@ -201,17 +204,44 @@ def channel_block(channels: int, block: int) -> int | None:
 
 
 def conv_layouts(call, block: int) -> dict[str, list[str]]:
-    """``ConvertLayout``'s callback: the blocked (data, weight, output) layouts of one dense convolution, its
-    input and output channels blocked by :func:`channel_block`; grouped convolutions and channel counts no
-    block fits keep NCHW."""
+    """``ConvertLayout``'s callback: the blocked (data, weight, output) layouts of one convolution, its input
+    and output channels blocked by :func:`channel_block`. A depthwise convolution keeps its channels' block
+    through (weights ``OIHW1i{b}o``, TOPI's ``depthwise_conv2d_NCHWc``); other grouped convolutions and
+    channel counts no block fits keep NCHW."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d":
         return {}
     weight = call.args[1].ty.shape
-    out_channels, in_channels = int(weight[0]), int(weight[1])
+    out_channels, in_channels, groups = int(weight[0]), int(weight[1]) * call.attrs.groups, call.attrs.groups
     data_block, out_block = channel_block(in_channels, block), channel_block(out_channels, block)
-    if call.attrs.groups != 1 or data_block is None or out_block is None:
+    if data_block is None or out_block is None:
         return {"relax.nn.conv2d": ["NCHW", "OIHW"]}
+    if groups != 1:
+        if groups != in_channels or out_channels != in_channels:
+            return {"relax.nn.conv2d": ["NCHW", "OIHW"]}
+        return {"relax.nn.conv2d": [f"NCHW{data_block}c", f"OIHW1i{data_block}o", f"NCHW{data_block}c"]}
     return {"relax.nn.conv2d": [f"NCHW{data_block}c", f"OIHW{data_block}i{out_block}o", f"NCHW{out_block}c"]}
+
+
+def clip_as_min_max(module: tvm.IRModule) -> tvm.IRModule:
+    """Every ``clip(x, lo, hi)`` as ``minimum(maximum(x, lo), hi)``: ``ConvertLayout`` carries a blocked layout
+    through the element-wise maximum and minimum, where a clip (a ReLU6) would be wrapped in two transforms."""
+    relax = tvm.relax
+
+    @relax.expr_functor.mutator
+    class ClipAsMinMax(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") != "relax.clip":
+                return call
+            dtype = call.args[0].ty.dtype
+            low, high = (relax.const(float(bound.value), dtype) for bound in call.args[1:3])
+            return relax.op.minimum(relax.op.maximum(call.args[0], low), high)
+
+    mutator = ClipAsMinMax(module)
+    for name, function in module.functions.items():
+        if isinstance(function, relax.Function):
+            module[name] = mutator.visit_expr(function)
+    return module
 
 
 def blocked(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
@@ -219,6 +249,7 @@ def blocked(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     :func:`conv_layouts`) and every operator lowered to TIR."""
     data, weight = blocked_layout(target)
     block = int(data.removeprefix("NCHW").removesuffix("c"))
+    module = clip_as_min_max(module)
     passes = [tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": [data, weight]},
                                                 layout_cb=lambda call: conv_layouts(call, block)),
               # two branches that read one NCHW tensor (a residual block's) would each block it again
@@ -238,9 +269,34 @@ def legalize_conv2d(builder, call):
     attrs = call.attrs
     if len(attrs.data_layout) == 4 and len(attrs.kernel_layout) == 4:
         return _nn_conv2d(builder, call)
+    if attrs.groups != 1:
+        return builder.call_te(depthwise_conv2d_nchwc, call.args[0], call.args[1], attrs.strides, attrs.padding,
+                               attrs.dilation, primfunc_name_hint="depthwise_conv2d_NCHWc")  # fmt: skip
     return builder.call_te(topi.nn.conv2d_NCHWc, call.args[0], call.args[1], attrs.strides, attrs.padding,
                            attrs.dilation, attrs.data_layout, attrs.out_layout, call.ty.dtype,
                            primfunc_name_hint="conv2d_NCHWc")  # fmt: skip
+
+
+def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation):
+    """A depthwise convolution in NCHW{c}c (weights ``(C/c, 1, kh, kw, 1, c)``, multiplier 1) as a TE compute:
+    TVM 0.27's ``topi.nn.depthwise_conv2d_NCHWc`` is an unregistered stub. ``padding`` is (top, left, bottom,
+    right), as Relax gives it."""
+    from tvm import te, topi
+
+    batch, chunks, height, width, block = data.shape
+    _, _, kernel_h, kernel_w, _, _ = kernel.shape
+    (stride_h, stride_w), (dilation_h, dilation_w) = strides, dilation
+    top, left, bottom, right = padding
+    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="padded")
+    out_h = (height + top + bottom - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
+    out_w = (width + left + right - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
+    rh, rw = te.reduce_axis((0, kernel_h), "rh"), te.reduce_axis((0, kernel_w), "rw")
+    return te.compute(
+        (batch, chunks, out_h, out_w, block),
+        lambda n, c, h, w, b: te.sum(padded[n, c, h * stride_h + rh * dilation_h, w * stride_w + rw * dilation_w, b]
+                                     * kernel[c, 0, rh, rw, 0, b], axis=[rh, rw]),
+        name="depthwise_conv2d_NCHWc",
+    )  # fmt: skip
 
 
 def relax_for_tuning(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:

@@ -48,6 +48,30 @@ def residual_block(tmp_path_factory) -> Path:
     return save(graph, tmp_path_factory.mktemp("layout") / "residual_block.onnx")
 
 
+@pytest.fixture(scope="module")
+def inverted_residual(tmp_path_factory) -> Path:
+    """MobileNet's block: a stem 3->32, ReLU6 (Clip), a depthwise 3x3, ReLU6, a 1x1 projection to 24 channels
+    (NCHW8c: 16 does not divide 24), a 1x1 24->24."""
+    rng = np.random.default_rng(1)
+
+    def weight(name: str, *shape: int):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Clip", ["a", "low", "high"], ["b"]),
+             helper.make_node("Conv", ["b", "w1"], ["c"], pads=[1, 1, 1, 1], group=32),
+             helper.make_node("Clip", ["c", "low", "high"], ["d"]),
+             helper.make_node("Conv", ["d", "w2"], ["e"]),
+             helper.make_node("Conv", ["e", "w3"], ["y"])]  # fmt: skip
+    bounds = [numpy_helper.from_array(np.array(value, np.float32), name) for name, value in (("low", 0), ("high", 6))]
+    graph = helper.make_graph(nodes, "inverted_residual",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 8, 8])],
+                              [weight("w0", 32, 3, 3, 3), weight("w1", 32, 1, 3, 3), weight("w2", 24, 32, 1, 1),
+                               weight("w3", 24, 24, 1, 1), *bounds])  # fmt: skip
+    return save(graph, tmp_path_factory.mktemp("layout") / "inverted_residual.onnx")
+
+
 def conv_layouts(module) -> list[str]:
     """The data layout of every Relax conv2d call in ``main``."""
     from rlcompile.tvm_bridge import tvm
@@ -76,6 +100,14 @@ def test_nchwc_blocks_every_dense_convolution_the_stem_included(residual_block, 
     assert stem[0] == [1, 1, 8, 8, 3] and stem[1] == [16 // block, 1, 3, 3, 3, block]
 
 
+def test_depthwise_convolutions_stay_blocked_and_relu6_runs_in_the_blocked_layout(inverted_residual, target):
+    blocked = prepare_relax(load_model(str(inverted_residual)), "nchwc", target)
+    functions = sorted(name.name_hint for name in blocked.functions if name.name_hint != "main")
+    assert "depthwise_conv2d_NCHWc" in functions and not any(name.startswith("clip") for name in functions)
+    transforms = [name for name in functions if name.startswith("te_layout_transform")]
+    assert len(transforms) <= 4  # into the stem, out at the end, and the 16c -> 8c change at the projection
+
+
 def test_channel_blocks_fill_the_vector_or_take_the_largest_power_of_two_that_fits():
     assert [channel_block(channels, 16) for channels in (3, 32, 24, 40, 30)] == [3, 16, 8, 8, None]
     assert [channel_block(channels, 8) for channels in (3, 16, 12)] == [3, 8, 4]
@@ -89,14 +121,16 @@ def test_blocked_tasks_still_find_their_onnx_operator(residual_block, target):
     assert len(tasks) == 3 and all(headroom.task_operator_key(task) in operators for task in tasks)
 
 
-def test_tuned_and_built_in_nchwc_agrees_with_onnx_runtime(residual_block, tmp_path, capsys):
+@pytest.mark.parametrize("block", ["residual_block", "inverted_residual"])
+def test_tuned_and_built_in_nchwc_agrees_with_onnx_runtime(block, request, tmp_path, capsys):
+    model = request.getfixturevalue(block)
     work = tmp_path / "work"
-    tune = ["tune", str(residual_block), "--strategy", "random", "--trials", "8", "--batch-size", "4",
+    tune = ["tune", str(model), "--strategy", "random", "--trials", "8", "--batch-size", "4",
             "--work-dir", str(work)]  # fmt: skip
     assert main([*tune, "--layout", "nchwc"]) == 0
     assert json.loads((work / "environment.json").read_text())["layout"] == "nchwc"
     artifact = tmp_path / "block.tar"
-    assert main(["build", str(residual_block), "--work-dir", str(work), "-o", str(artifact)]) == 0
+    assert main(["build", str(model), "--work-dir", str(work), "-o", str(artifact)]) == 0
     assert main(["run", str(artifact), "--quick", "--json", str(tmp_path / "run.json")]) == 0
     assert json.loads((tmp_path / "run.json").read_text())["results"][0]["agreement"]["max_rel"] < 1e-4
     capsys.readouterr()
