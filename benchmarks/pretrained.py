@@ -5,7 +5,7 @@
     python benchmarks/pretrained.py ship [--out results/pretrained]
     python benchmarks/pretrained.py report          # the table (and pooled ratios) of the saved runs
     python benchmarks/pretrained.py e2e [--models resnet18,mobilenet_v2] [--minutes 10,20] [--strategy chameleon]
-                                        [--arms cold,pretrained] [--layout nchw|nchwc]
+                                        [--arms cold,pretrained] [--layout nchw|nchwc] [--tag TAG]
     python benchmarks/pretrained.py wins [--models resnet18]   # after e2e: where TVM's kernels beat every library
 
 ``gather`` tunes the dataset (resumable, one work directory per model under ``OUT/data``): the two heaviest
@@ -86,6 +86,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--layout", default="nchw", choices=LAYOUTS,
                         help="e2e: the convolutions' layout when tuned and built (arms other than nchw are named "
                         "ARM-LAYOUT)")  # fmt: skip
+    parser.add_argument("--tag", default="", help="e2e: appended to the arms' names (ARM-LAYOUT-TAG): a fresh tuning "
+                        "run beside earlier ones, e.g. after a change to how tasks are formed")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -216,6 +218,7 @@ def e2e(args: argparse.Namespace) -> None:
         for limit in minutes:
             for arm in [arm for arm in args.arms.split(",") if arm in ("cold", "pretrained")]:
                 arm_name = arm if args.layout == "nchw" else f"{arm}-{args.layout}"
+                arm_name += f"-{args.tag}" if args.tag else ""
                 name = f"{arm_name}-{limit}min"
                 if name in entry["builds"]:
                     continue
