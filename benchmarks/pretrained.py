@@ -276,7 +276,7 @@ def wins(args: argparse.Namespace) -> None:
 def time_builds(model: str, builds: dict) -> dict:
     """Every build, ORT and OpenVINO native and ORT's twin, in turns: median ms and the ratios to ORT."""
     from rlcompile import runtimes
-    from rlcompile.measure.contest import DECISION_ROUNDS, Contender, run_contest
+    from rlcompile.measure.contest import DECISION_ROUNDS, SETTLE, Contender, run_contest
     from rlcompile.models import load_model
     from rlcompile.saved import load_saved
 
@@ -287,9 +287,9 @@ def time_builds(model: str, builds: dict) -> dict:
     for library in ("ort", "openvino"):
         contenders.append(Contender(library, original.compile(runtimes.create(library), options).timer(feeds)))
     contenders.append(Contender("ort twin", original.compile(runtimes.create("ort"), options).timer(feeds), "ort"))
-    standings = run_contest(contenders, rounds=DECISION_ROUNDS)
+    standings = run_contest(contenders, rounds=DECISION_ROUNDS, settle=SETTLE)
     ort = standings.median("ort")
-    return {"rounds": DECISION_ROUNDS, "noise": standings.noise,
+    return {"rounds": standings.rounds, "noise": standings.noise,
             "median_ms": {c.label: standings.median(c.label) for c in contenders},
             "vs_ort": {c.label: standings.median(c.label) / ort for c in contenders}}  # fmt: skip
 
