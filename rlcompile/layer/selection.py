@@ -73,8 +73,8 @@ ROUNDS = DECISION_ROUNDS
 #: settling batches (fewer contenders: those still in contention) may use the rest.
 FIRST_BATCH_SHARE = 0.3
 #: With a deadline, the share of the time left after grouping kept for compiling, checking and timing the
-#: candidates; the profile gets the rest.
-FINAL_SHARE = 0.6
+#: candidates (the final contest settles in what is left); the profile gets the rest.
+FINAL_SHARE = 0.7
 
 
 @dataclass

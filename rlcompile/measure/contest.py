@@ -180,13 +180,18 @@ def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> Measur
 
 
 def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]], config: MeasureConfig,
-               rounds: int, rng: np.random.Generator, in_order_first: bool = True) -> None:  # fmt: skip
+               rounds: int, rng: np.random.Generator, in_order_first: bool = True) -> list[float]:  # fmt: skip
     """Time each call in turn for ``rounds`` rounds, adding to its ``samples``: the first round in the given
-    order (unless ``in_order_first`` is off), the others in shuffles from ``rng``."""
+    order (unless ``in_order_first`` is off), the others in shuffles from ``rng``. Returns the seconds each
+    call's turns took, warm-ups included."""
+    seconds = [0.0] * len(calls)
     for round_index in range(rounds):
         order = range(len(calls)) if round_index == 0 and in_order_first else rng.permutation(len(calls))
         for index in order:
+            started = time.monotonic()
             samples[index].extend(measure_latency(calls[index], config).samples_ms)
+            seconds[index] += time.monotonic() - started
+    return seconds
 
 
 def time_in_turns(calls: Sequence[Callable[[], object]], config: MeasureConfig = DEFAULT,
@@ -213,15 +218,17 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
     calls = [contender.call for contender in contenders]
     samples: list[list[float]] = [[] for _ in calls]
     rng = np.random.default_rng(0)
-    started = time.monotonic()
-    take_turns(calls, samples, timing, rounds, rng)
-    batch_seconds, batches = time.monotonic() - started, 1
-    standings = tally(contenders, samples, rounds)
-    while settle is not None and settle.allows(standings.noise, batches, batch_seconds):
+    turns = take_turns(calls, samples, timing, rounds, rng)  # seconds per contender, for the next batch's estimate
+    standings, batches = tally(contenders, samples, rounds), 1
+    while settle is not None:
         active = in_contention(contenders, standings, settle.contention)
-        started = time.monotonic()
-        take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng, in_order_first=False)
-        batch_seconds, batches = time.monotonic() - started, batches + 1
+        if not settle.allows(standings.noise, batches, sum(turns[i] for i in active)):
+            break
+        spent = take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng,
+                           in_order_first=False)  # fmt: skip
+        for index, seconds in zip(active, spent, strict=True):
+            turns[index] = seconds
+        batches += 1
         standings = tally(contenders, samples, batches * rounds)
     return standings
 
