@@ -65,6 +65,10 @@ from rlcompile.threads import spinning_allowed
 GROUP_TABLE_VERSION = 6
 #: Timing of a whole single-library plan during calibration.
 PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=6.0, floor_repeats=3)
+#: Past the profile's deadline (the groups left on the default library, then the calibration): shorter timing, so
+#: the stage's final contest keeps its time; the table is not saved, and a later run profiles it fully.
+CUT_TIMING = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.02, max_time_s=1.0, floor_repeats=1)
+CUT_PLAN_TIMING = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.1, max_time_s=3.0, floor_repeats=1)
 #: Alternations per boundary measurement (median of the B calls).
 BOUNDARY_REPEATS = 25
 #: Calibration factors outside this range mean the boundary model is badly off; they are clipped.
@@ -198,7 +202,7 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     names = [group.name for group in grouped.groups]
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
                         rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
-    calibrate(table, grouped, created, threads, progress)
+    calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if cut else PLAN_TIMING)
     if cut:
         table.notes["cut_short"] = len(cut)
     return table
@@ -244,7 +248,8 @@ def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | 
         standalone[group.name] = {}
         libraries = created if cut_at is None else {REFERENCE_RUNTIME: created[REFERENCE_RUNTIME]}
         for name, library in libraries.items():
-            ms, reason = time_group(library, proto, nodes, inputs, expected, threads, timing)
+            ms, reason = time_group(library, proto, nodes, inputs, expected, threads,
+                                    timing if cut_at is None else CUT_TIMING)  # fmt: skip
             if reason is None:
                 standalone[group.name][name] = ms
             else:
@@ -367,7 +372,8 @@ def single_library_plan(table: LookupTable, library: str) -> list[str]:
     return [library if library in table.options[name] else table.default for name in table.layers]
 
 
-def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener) -> None:
+def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener,
+              timing: MeasureConfig = PLAN_TIMING) -> None:  # fmt: skip
     """Scale each library's in-context estimates so the table predicts its measured single-library plan.
 
     The single-library plans are timed in turns (five rounds), so a slow spell of a shared machine
@@ -394,7 +400,7 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     if grouped.original is not None:
         native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
         contenders.append(Contender(NATIVE, native.timer(feeds)))
-    standings = run_contest(contenders, PLAN_TIMING, DECISION_ROUNDS)
+    standings = run_contest(contenders, timing, DECISION_ROUNDS)
     measured = {name: standings.median(name) for name in plans}
     factors: dict[str, float] = {}
     for library, plan in plans.items():
