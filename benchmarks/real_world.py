@@ -115,7 +115,7 @@ def try_command(model: list[str], command: str, out: Path) -> dict:
         latency = optimize["latency"]
         stages = {name: stage.get("wall_s") for name, stage in optimize["stages"].items()}
         row |= {"speedup": latency["speedup"], "noise": latency["noise"], "final_ms": latency["final_ms"],
-                "budget_s": 240.0, "stages_s": stages}  # fmt: skip
+                "rounds": latency.get("rounds"), "budget_s": 240.0, "stages_s": stages}  # fmt: skip
     return row
 
 
