@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from rlcompile import runtimes
-from rlcompile.errors import ModelError, first_line
+from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.events import Event, Listener, Phase, Reuse, ignore
 from rlcompile.layer import solvers
 from rlcompile.layer.group_table import (
@@ -347,7 +347,7 @@ def select_segments(
     original = baseline or model
     reference = run_proto(original.proto, grouped.feeds)
     compile_candidates(grouped, candidates, created, threads, reference, progress)
-    natives = native_timers(original, grouped.feeds, threads, created)
+    natives = native_timers(original, grouped.feeds, threads, created, progress)
     # the refining probe, then a second compile and the final contest: only when it leaves the contest its time
     in_time = deadline is None or deadline - time.monotonic() > 2 * contest.contest_seconds(timing, len(candidates) + 4)
     if in_time and any(is_mixed(c) and c.engine for c in candidates):
@@ -503,16 +503,23 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
     return {name: standings[name] for name in natives}, standings.rounds
 
 
-def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created) -> dict[str, Callable]:
-    """ONNX Runtime (and OpenVINO when usable) on the original model, as a user would run it.
+def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created,
+                  progress: Listener = ignore) -> dict[str, Callable]:  # fmt: skip
+    """ONNX Runtime (and OpenVINO when it takes the whole model) on the original model, as a user would run it.
 
-    ONNX Runtime runs twice, in two identical sessions: their ratio is the timing noise of this run.
+    Each runs twice, in two identical sessions: their ratio is the timing noise of this run. OpenVINO refusing
+    the model whole (an operator its converter rejects) leaves it out of the native runs, said in an event.
     """
     timers = {}
     for name in (NOISE_PROBE, "ort native"):
         timers[name] = model.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True)
                                      ).timer(feeds)  # fmt: skip
     if "openvino" in created:
-        for name in (OPENVINO_NOISE_PROBE, "openvino native"):
-            timers[name] = model.compile(created["openvino"], RuntimeOptions(threads)).timer(feeds)
+        try:
+            openvino = {name: model.compile(created["openvino"], RuntimeOptions(threads)).timer(feeds)
+                        for name in (OPENVINO_NOISE_PROBE, "openvino native")}  # fmt: skip
+        except RlcompileError as error:  # OpenVINO cannot take the model whole: the native run is ONNX Runtime's
+            progress(Event("layer", f"OpenVINO does not run the whole model natively: {first_line(error)}"))
+        else:
+            timers |= openvino
     return timers

@@ -73,3 +73,17 @@ def test_name_nodes_makes_names_unique_and_keeps_named_models():
     named = name_nodes(proto)
     assert len({node.name for node in named.graph.node}) == 2
     assert name_nodes(named) is named
+
+
+def test_a_library_that_computes_another_shape_is_a_reason_not_a_crash():
+    """A library computing a group's output with another shape (seen: a depthwise convolution after an explicit
+    Pad, 110x110 instead of 112x112) is rejected for that group with the reason."""
+    import numpy as np
+
+    from rlcompile.layer.table import time_if_agrees
+    from rlcompile.measure import QUICK
+
+    reference = [np.zeros((1, 32, 112, 112), np.float32)]
+    ms, why = time_if_agrees(lambda: (lambda: None, [np.zeros((1, 32, 110, 110), np.float32)]), reference, QUICK,
+                             "ONNX Runtime")  # fmt: skip
+    assert np.isnan(ms) and "output shape (1, 32, 110, 110), expected (1, 32, 112, 112)" in why

@@ -186,3 +186,24 @@ def test_the_original_model_run_whole_by_each_runtime_is_always_a_candidate(sele
     whole = {c.engine.libraries[0] for c in selection.candidates
              if c.engine and len(c.engine.compiled) == 1 and c.engine.compiled[0].segment.proto is original}
     assert {"ort", "openvino"} <= whole
+
+
+def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_native_run(tmp_path: Path):
+    """OpenVINO's converter rejects an AveragePool whose kernel is larger than its input (HF EfficientNet's
+    pooler; ONNX Runtime takes it with ceil_mode): the native runs are ONNX Runtime's, said in an event."""
+    from onnx import TensorProto, helper
+
+    from tests.conftest import save
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("AveragePool", ["r"], ["y"], kernel_shape=[16, 16], strides=[16, 16], ceil_mode=1)]
+    graph = helper.make_graph(nodes, "oversized_pool",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])])  # fmt: skip
+    events: list = []
+    chosen = select_segments(load_model(str(save(graph, tmp_path / "pool.onnx"))), "exact", threads=1,
+                             library_names=["ort", "openvino"], table_dir=tmp_path, timing=QUICK,
+                             progress=events.append)  # fmt: skip
+    assert "ort native" in chosen.natives and "openvino native" not in chosen.natives
+    assert any(isinstance(e, Event) and "OpenVINO does not run the whole model" in e.text for e in events)
+    assert chosen.chosen.agreement.within()
