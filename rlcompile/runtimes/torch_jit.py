@@ -39,8 +39,27 @@ def symmetric_padding(pads: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, 
     return tuple(0 for _ in begin), tuple(extra)
 
 
+def onnx_pads(a: dict, spatial: Sequence[int], kernel: Sequence[int]) -> list[int]:
+    """ONNX's [begin..., end...] pads of a convolution or pool, ``auto_pad`` resolved: ``SAME_UPPER`` and
+    ``SAME_LOWER`` pad so the output is ceil(input / stride), the odd pixel at the end (upper) or the start."""
+    mode = a.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode in ("NOTSET", ""):
+        return list(a.get("pads", [0] * (2 * len(kernel))))
+    if mode == "VALID":
+        return [0] * (2 * len(kernel))
+    strides, dilations = a.get("strides", [1] * len(kernel)), a.get("dilations", [1] * len(kernel))
+    begin, end = [], []
+    for size, k, stride, dilation in zip(spatial, kernel, strides, dilations, strict=True):
+        total = max((math.ceil(size / stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+        small, large = total // 2, total - total // 2
+        begin.append(small if mode == "SAME_UPPER" else large)
+        end.append(large if mode == "SAME_UPPER" else small)
+    return begin + end
+
+
 def conv(F, node, a, x, w, b=None):
-    padding, extra = symmetric_padding(a.get("pads", [0] * (2 * (w.dim() - 2))))
+    padding, extra = symmetric_padding(onnx_pads(a, x.shape[2:], w.shape[2:]))
     if extra is not None:
         x = F.pad(x, extra)
     return F.conv2d(x, w, b, a.get("strides", 1), padding, a.get("dilations", 1), a.get("group", 1))
@@ -48,7 +67,7 @@ def conv(F, node, a, x, w, b=None):
 
 def pool(F, node, a, x):
     kernel = a["kernel_shape"]
-    padding, extra = symmetric_padding(a.get("pads", [0] * (2 * len(kernel))))
+    padding, extra = symmetric_padding(onnx_pads(a, x.shape[2:], kernel))
     strides = a.get("strides", [1] * len(kernel))
     if node.op_type == "MaxPool":
         if extra is not None:
@@ -236,6 +255,7 @@ class TorchRuntime(Runtime):
             examples = tuple(example_input(value) for value in inputs)
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still the CPU path
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shapes are static: auto_pad's sizes hold
                 traced = torch.jit.trace(module, examples, check_trace=False)
                 function = torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
         except Exception as error:  # a translation or a TorchScript pass refusing the segment

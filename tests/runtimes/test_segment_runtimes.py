@@ -97,3 +97,23 @@ def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path):
           trials=2 * len(tasks), batch_size=2).run()  # fmt: skip
     runner = library.compile(proto, RuntimeOptions(1))
     assert compare_outputs(run_proto(proto, {"x": x}), runner([x])).within()
+
+
+@pytest.mark.parametrize("auto_pad,stride,kernel", [("SAME_UPPER", 1, 3), ("SAME_UPPER", 2, 5), ("SAME_LOWER", 2, 4),
+                                                    ("VALID", 2, 3)])  # fmt: skip
+def test_torch_resolves_auto_pad_as_onnx_runtime_does(auto_pad: str, stride: int, kernel: int):
+    """HF EfficientNet's depthwise convolutions say ``auto_pad=SAME_UPPER``: the output keeps ceil(size / stride)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((8, 1, kernel, kernel)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto_pad, strides=[stride, stride], group=8),
+             helper.make_node("MaxPool", ["y"], ["z"], auto_pad=auto_pad, kernel_shape=[3, 3], strides=[2, 2])]
+    graph = helper.make_graph(nodes, "auto_pad",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 15, 15])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [weight])  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    x = rng.standard_normal((1, 8, 15, 15)).astype(np.float32)
+    torch_output = runtimes.create("torch").compile(proto, RuntimeOptions(1))([x])
+    assert compare_outputs(run_proto(proto, {"x": x}), torch_output).within()
