@@ -55,7 +55,15 @@ from rlcompile.layer.table import (
     time_if_agrees,
 )
 from rlcompile.machine import cpu_identity, environment, package_versions
-from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, measure_after, measure_latency, run_contest
+from rlcompile.measure import (
+    DECISION_ROUNDS,
+    Contender,
+    MeasureConfig,
+    Settle,
+    measure_after,
+    measure_latency,
+    run_contest,
+)
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.models.zoo import cache_dir
 from rlcompile.names import REFERENCE_RUNTIME
@@ -68,7 +76,7 @@ PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=
 #: Past the profile's deadline (the groups left on the default library, then the calibration): shorter timing, so
 #: the stage's final contest keeps its time; the table is not saved, and a later run profiles it fully.
 CUT_TIMING = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.02, max_time_s=1.0, floor_repeats=1)
-CUT_PLAN_TIMING = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.1, max_time_s=3.0, floor_repeats=1)
+CUT_PLAN_TIMING = MeasureConfig(warmup=1, min_repeats=1, min_time_s=0.1, max_time_s=0.3, floor_repeats=1)
 #: Alternations per boundary measurement (median of the B calls).
 BOUNDARY_REPEATS = 25
 #: Calibration factors outside this range mean the boundary model is badly off; they are clipped.
@@ -202,7 +210,7 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     names = [group.name for group in grouped.groups]
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
                         rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
-    calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if cut else PLAN_TIMING)
+    calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if cut else PLAN_TIMING, late=bool(cut))
     if cut:
         table.notes["cut_short"] = len(cut)
     return table
@@ -373,11 +381,11 @@ def single_library_plan(table: LookupTable, library: str) -> list[str]:
 
 
 def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener,
-              timing: MeasureConfig = PLAN_TIMING) -> None:  # fmt: skip
+              timing: MeasureConfig = PLAN_TIMING, late: bool = False) -> None:  # fmt: skip
     """Scale each library's in-context estimates so the table predicts its measured single-library plan.
 
     The single-library plans are timed in turns (five rounds), so a slow spell of a shared machine
-    does not land on one library's factor.
+    does not land on one library's factor; ``late`` (past the profile's deadline): two rounds.
     """
     raw = {name: dict(options) for name, options in table.options.items()}
     table.options = in_context(table, grouped)
@@ -400,7 +408,7 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     if grouped.original is not None:
         native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
         contenders.append(Contender(NATIVE, native.timer(feeds)))
-    standings = run_contest(contenders, timing, DECISION_ROUNDS)
+    standings = run_contest(contenders, timing, DECISION_ROUNDS, Settle(deadline=time.monotonic()) if late else None)
     measured = {name: standings.median(name) for name in plans}
     factors: dict[str, float] = {}
     for library, plan in plans.items():

@@ -43,6 +43,9 @@ REPORT_ROUNDS = 2
 SETTLED_NOISE = 0.02
 #: Beyond this spread a run says that the machine was too noisy to judge small gains.
 NOISY = 0.05
+#: A contest past its deadline still finishes this many rounds: one round alone is one slow spell away from a
+#: wrong order.
+MIN_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -174,24 +177,31 @@ def contest_seconds(timing: MeasureConfig, contenders: int) -> float:
 def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> MeasureConfig:
     """``timing`` shortened, if need be, so that a contest of ``contenders`` ends within ``seconds``
     (:func:`contest_seconds`); never below :data:`FLOOR_TIME_S` (the noise then says what the shorter contest
-    costs)."""
+    costs). A block then ends at its time, or after one call of a model slower than that (one warm-up call
+    before it): a model taking most of a second per call cannot stretch a block to ten calls."""
     fitted = timing.min_time_s * seconds / contest_seconds(timing, contenders)
-    return replace(timing, min_time_s=max(FLOOR_TIME_S, min(timing.min_time_s, fitted)))
+    min_time_s = max(FLOOR_TIME_S, min(timing.min_time_s, fitted))
+    return replace(timing, min_time_s=min_time_s, warmup=min(timing.warmup, 1), min_repeats=1, floor_repeats=1,
+                   max_time_s=min(timing.max_time_s, min_time_s))  # fmt: skip
 
 
 def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]], config: MeasureConfig,
-               rounds: int, rng: np.random.Generator, in_order_first: bool = True) -> list[float]:  # fmt: skip
+               rounds: int, rng: np.random.Generator, in_order_first: bool = True,
+               deadline: float | None = None) -> tuple[list[float], int]:  # fmt: skip
     """Time each call in turn for ``rounds`` rounds, adding to its ``samples``: the first round in the given
-    order (unless ``in_order_first`` is off), the others in shuffles from ``rng``. Returns the seconds each
-    call's turns took, warm-ups included."""
+    order (unless ``in_order_first`` is off), the others in shuffles from ``rng``; past ``deadline``, no further
+    round starts once :data:`MIN_ROUNDS` are done. Returns the seconds each call's turns took (warm-ups
+    included) and the rounds done."""
     seconds = [0.0] * len(calls)
     for round_index in range(rounds):
+        if deadline is not None and round_index >= MIN_ROUNDS and time.monotonic() > deadline:
+            return seconds, round_index
         order = range(len(calls)) if round_index == 0 and in_order_first else rng.permutation(len(calls))
         for index in order:
             started = time.monotonic()
             samples[index].extend(measure_latency(calls[index], config).samples_ms)
             seconds[index] += time.monotonic() - started
-    return seconds
+    return seconds, rounds
 
 
 def time_in_turns(calls: Sequence[Callable[[], object]], config: MeasureConfig = DEFAULT,
@@ -218,18 +228,20 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
     calls = [contender.call for contender in contenders]
     samples: list[list[float]] = [[] for _ in calls]
     rng = np.random.default_rng(0)
-    turns = take_turns(calls, samples, timing, rounds, rng)  # seconds per contender, for the next batch's estimate
-    standings, batches = tally(contenders, samples, rounds), 1
-    while settle is not None:
+    deadline = settle.deadline if settle is not None else None
+    # seconds per contender, for the next batch's estimate; a slow model's first batch stops at the deadline
+    turns, done = take_turns(calls, samples, timing, rounds, rng, deadline=deadline)
+    standings, batches = tally(contenders, samples, done), 1
+    while settle is not None and done == batches * rounds:
         active = in_contention(contenders, standings, settle.contention)
         if not settle.allows(standings.noise, batches, sum(turns[i] for i in active)):
             break
-        spent = take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng,
-                           in_order_first=False)  # fmt: skip
+        spent, _ = take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng,
+                              in_order_first=False)  # fmt: skip
         for index, seconds in zip(active, spent, strict=True):
             turns[index] = seconds
-        batches += 1
-        standings = tally(contenders, samples, batches * rounds)
+        batches, done = batches + 1, done + rounds
+        standings = tally(contenders, samples, done)
     return standings
 
 

@@ -90,7 +90,7 @@ def test_a_contest_settles_no_further_than_its_batches_and_its_deadline():
     always_slow = [Contender("original", sleeper(1)), Contender("twin", sleeper(3), twin_of="original")]
     assert run_contest(always_slow, BLOCKS, rounds=2, settle=Settle(max_batches=3)).rounds == 6
     past = Settle(deadline=time.monotonic())
-    assert run_contest(always_slow, BLOCKS, rounds=2, settle=past).rounds == 2
+    assert run_contest(always_slow, BLOCKS, rounds=5, settle=past).rounds == 2  # MIN_ROUNDS, then it stops
     without_twins = [Contender("a", sleeper(1)), Contender("b", sleeper(3))]
     assert run_contest(without_twins, BLOCKS, rounds=2, settle=Settle()).rounds == 2
 
@@ -102,3 +102,17 @@ def test_settling_batches_time_only_the_contenders_still_in_contention():
     assert settled.rounds == 10
     assert settled["close"].repeats == settled["original"].repeats == 30
     assert settled["far behind"].repeats == 15  # the first batch only: 3x the fastest, out of contention
+
+
+def test_a_contest_fitted_to_a_deadline_times_a_slow_model_once_per_block():
+    from rlcompile.measure.contest import fit_within
+
+    fitted = fit_within(MeasureConfig(), contenders=3, seconds=1.0)  # DEFAULT: 10 calls and 1 s per block
+    calls = [0]
+
+    def slow():
+        calls[0] += 1
+        time.sleep(0.3)  # slower than the fitted block
+
+    standings = run_contest([Contender("slow", slow)], fitted, rounds=2)
+    assert standings["slow"].repeats == 2 and calls[0] == 4  # per block: one warm-up call and one timed call
