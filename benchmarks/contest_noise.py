@@ -14,7 +14,7 @@ twins' spread |twin / original - 1| is the noise the contest would report. Varia
 * ``quick``: ``--quick``'s blocks (``spread_over(QUICK, 5)``, 0.04 s), 5 rounds: what a contest gave before
   contests settled;
 * ``settled``: ``quick`` blocks, settling (:data:`rlcompile.measure.SETTLE`: batches of 5 rounds while the twins
-  differ by more than 2%, at most 8 batches), as decisions are timed now.
+  differ by more than 2%, at most 4 batches), as decisions are timed now.
 
 Each result also records the rounds and seconds its contest took.
 

@@ -93,7 +93,7 @@ class Settle:
     """
 
     target: float = SETTLED_NOISE
-    max_batches: int = 8
+    max_batches: int = 4
     deadline: float | None = None
     contention: float = 0.10
 
@@ -104,7 +104,8 @@ class Settle:
         return self.deadline is None or time.monotonic() + batch_seconds <= self.deadline
 
 
-#: A decision settles within 8 batches; a contest without twins never extends.
+#: A decision settles within 4 batches (20 rounds: 1.9% between twins on average in the measurement above, 40
+#: rounds no better); a contest without twins never extends.
 SETTLE = Settle()
 
 
