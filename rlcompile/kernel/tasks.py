@@ -162,12 +162,17 @@ def blocked_layout(target: tvm.target.Target) -> tuple[str, str]:
     it (a ReLU6's clip is rewritten as maximum and minimum for that), so a layout transform is paid where a
     blocked run starts and ends, not per operator.
     """
+    block = vector_block(target)
+    return f"NCHW{block}c", f"OIHW{block}i{block}o"
+
+
+def vector_block(target: tvm.target.Target) -> int:
+    """How many fp32 channels fill one vector register on ``target`` (16 with AVX-512, 8 with AVX2, else 4)."""
     if target.kind.name != "llvm":
         raise RlcompileError(f"--layout nchwc is for CPU targets; {target.kind.name} keeps nchw")
     from rlcompile.machine import isa_class
 
-    block = {"avx512": 16, "avx2": 8}.get(isa_class(), 4)
-    return f"NCHW{block}c", f"OIHW{block}i{block}o"
+    return {"avx512": 16, "avx2": 8}.get(isa_class(), 4)
 
 
 def prepare_relax(model: LoadedModel, layout: str = "nchw", target: tvm.target.Target | None = None) -> tvm.IRModule:
@@ -248,7 +253,7 @@ def blocked(module: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """``module`` with its convolutions in :func:`blocked_layout` (the stem's 3 input channels as one block,
     :func:`conv_layouts`) and every operator lowered to TIR."""
     data, weight = blocked_layout(target)
-    block = int(data.removeprefix("NCHW").removesuffix("c"))
+    block = vector_block(target)
     module = clip_as_min_max(module)
     passes = [tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": [data, weight]},
                                                 layout_cb=lambda call: conv_layouts(call, block)),

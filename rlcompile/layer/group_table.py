@@ -57,9 +57,9 @@ from rlcompile.layer.table import (
 from rlcompile.machine import cpu_identity, environment, package_versions
 from rlcompile.measure import (
     DECISION_ROUNDS,
+    MIN_ROUNDS,
     Contender,
     MeasureConfig,
-    Settle,
     measure_after,
     measure_latency,
     run_contest,
@@ -408,7 +408,7 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     if grouped.original is not None:
         native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
         contenders.append(Contender(NATIVE, native.timer(feeds)))
-    standings = run_contest(contenders, timing, DECISION_ROUNDS, Settle(deadline=time.monotonic()) if late else None)
+    standings = run_contest(contenders, timing, MIN_ROUNDS if late else DECISION_ROUNDS)
     measured = {name: standings.median(name) for name in plans}
     factors: dict[str, float] = {}
     for library, plan in plans.items():

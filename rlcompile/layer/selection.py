@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -156,20 +156,15 @@ class Selection:
         pairs = [(self.natives[probe], self.natives[native])
                  for probe, native in PROBES.items() if probe in self.natives and native in self.natives]  # fmt: skip
         for candidate in self.candidates:
-            native = self.natives.get(f"{candidate.engine.libraries[0]} native") if candidate.engine else None
-            if candidate.measured and native and self.runs_native_model(candidate):
-                pairs.append((candidate.measured, native))
+            native = native_twin(candidate, self.model.proto, self.natives) if candidate.engine else None
+            if candidate.measured and native:
+                pairs.append((candidate.measured, self.natives[native]))
         ratios = [abs(a.median_ms / b.median_ms - 1) for a, b in pairs]
         return max(ratios) if ratios else None
 
     def single_library_ms(self, names: tuple[str, ...]) -> list[float]:
         """The measured latencies of the single-runtime plans of ``names`` (those that ran)."""
         return [c.measured.median_ms for c in self.candidates if c.measured and set(c.single) & set(names)]
-
-    def runs_native_model(self, candidate: Candidate) -> bool:
-        """Whether ``candidate`` is one segment running the very model the native runs ran."""
-        compiled = candidate.engine.compiled if candidate.engine else []
-        return len(compiled) == 1 and compiled[0].segment.proto is self.model.proto
 
     def to_dict(self) -> dict:
         return {
@@ -477,8 +472,9 @@ def report_noise(standings: Standings, progress: Listener) -> None:
         progress(Event("layer", spread))
 
 
-def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, natives: dict[str, Callable]) -> str | None:
-    """The native run ``candidate`` is identical to (one segment of ``native_proto`` in that library), if any."""
+def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, natives: Collection[str]) -> str | None:
+    """The label among ``natives`` of the native run ``candidate`` is identical to (one segment running the very
+    ``native_proto`` in that library), if any."""
     compiled = candidate.engine.compiled
     if native_proto is None or len(compiled) != 1 or compiled[0].segment.proto is not native_proto:
         return None

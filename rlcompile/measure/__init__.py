@@ -4,6 +4,7 @@
 from rlcompile.measure import contest
 from rlcompile.measure.contest import (
     DECISION_ROUNDS,
+    MIN_ROUNDS,
     NOISY,
     PLAN_RULE,
     REPORT_ROUNDS,
@@ -30,6 +31,7 @@ from rlcompile.measure.timing import (
 __all__ = [
     "DECISION_ROUNDS",
     "DEFAULT",
+    "MIN_ROUNDS",
     "NOISY",
     "PLAN_RULE",
     "QUICK",

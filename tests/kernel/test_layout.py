@@ -19,6 +19,7 @@ from rlcompile.kernel.tasks import (
     extract_tasks,
     param_shapes,
     prepare_relax,
+    vector_block,
 )
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.models import load_model
@@ -93,7 +94,8 @@ def test_nchwc_blocks_every_dense_convolution_the_stem_included(residual_block, 
     functions = sorted(name.name_hint for name in blocked.functions if name.name_hint != "main")
     convolutions = [name for name in functions if name.startswith("conv2d")]
     assert convolutions == ["conv2d_NCHWc", "conv2d_NCHWc1", "conv2d_NCHWc2"]
-    block = int(blocked_layout(target)[0].removeprefix("NCHW").removesuffix("c"))
+    block = vector_block(target)
+    assert blocked_layout(target) == (f"NCHW{block}c", f"OIHW{block}i{block}o")
     assert block in (4, 8, 16) and "te_layout_transform" in functions  # into the blocked run and out of it
     shapes = [param_shapes(tvm.IRModule({"main": blocked[name]}))[:2] for name in convolutions]
     stem = next(pair for pair in shapes if pair[0][-1] == 3)  # NCHW3c in, 3i{block}o weights
