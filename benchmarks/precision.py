@@ -1,7 +1,8 @@
 """Precision as a decision against what users already have: latency against error, per model.
 
     python benchmarks/precision.py [--models ocr-rec,ocr-cls,resnet18,mobilenet_v2,bert,ocr-det]
-                                   [--tolerance 0.01] [--samples 64] [--no-nncf] [--out results/precision]
+                                   [--tolerance 0.01] [--samples 64] [--no-nncf] [--search-minutes 10]
+                                   [--out results/precision]
 
 Per model, in one process, alternating (``run_contest``, twin ONNX Runtime sessions give the noise):
 
@@ -185,7 +186,8 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     data_file.parent.mkdir(parents=True, exist_ok=True)
     np.savez(data_file, **{key: np.stack([s[key] for s in everything]) for key in everything[0]})
     contract = AccuracyContract("auto", data_file, metric_name, args.tolerance)
-    choice = choose_precision(selection, contract, "qlearning", args.seed, Path(args.out) / "work" / name)
+    choice = choose_precision(selection, contract, "qlearning", args.seed, Path(args.out) / "work" / name,
+                              deadline=time.monotonic() + 60 * args.search_minutes)  # fmt: skip
     ours_seconds = time.monotonic() - ours_started
     for candidate in choice.finalists:
         runners[f"ours: {', '.join(candidate.labels)}"] = candidate.engine
@@ -270,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-nncf", action="store_true")
+    parser.add_argument("--search-minutes", type=float, default=10.0,
+                        help="our searches' time (each an equal share, what one leaves passes on; default 10)")
     parser.add_argument("--out", type=Path, default=Path("results/precision"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

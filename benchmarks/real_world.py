@@ -42,8 +42,9 @@ COMMANDS = {
     "run": ["--quick"],
     "compare": ["--backends", "ort,tvm", "--quick"],
     "tasks": [],
-    "graph": ["--agent", "taso", "--time-limit", "60", "--quick", "-o", "{out}/graph.onnx"],
-    "select": ["--agent", "qlearning", "--quick", "-o", "{out}/plan", "--table-dir", "{out}/tables"],
+    "graph": ["--agent", "taso", "--time-limit", "30", "--quick", "-o", "{out}/graph.onnx"],
+    "select": ["--agent", "qlearning", "--quick", "--budget", "60s", "-o", "{out}/plan", "--table-dir",
+               "{out}/tables"],
     "optimize": ["--quick", "-o", "{out}/opt", "--json", "{out}/optimize.json"],
 }
 TIMEOUT_S = 1200
@@ -147,8 +148,32 @@ def main(argv: list[str] | None = None) -> int:
             saved[key] = try_command(model, command, args.out / "runs" / name.replace(":", "-") / command)
             atomic.write_json(path, saved, indent=1)
     console.print(outcome_table(saved))
-    console.log(f"wrote {path}")
+    (args.out / "real_world.md").write_text(markdown_summary(saved))
+    console.log(f"wrote {path} and real_world.md")
     return 0
+
+
+def markdown_summary(saved: dict) -> str:
+    """One row per model: each command's exit status and seconds, ``optimize``'s ratio to the faster native with
+    its twins' noise and contest rounds; then every outcome other than exit 0, with its line."""
+    commands = [command for command in COMMANDS if any(key.endswith(f"/{command}") for key in saved)]
+    models = list(dict.fromkeys(key.rsplit("/", 1)[0] for key in saved))
+    lines = ["| model | " + " | ".join(commands) + " | optimize x faster native | noise | rounds |",
+             "|---" * (len(commands) + 4) + "|"]  # fmt: skip
+    for model in models:
+        cells = []
+        for command in commands:
+            row = saved.get(f"{model}/{command}")
+            status = "" if row is None else "timeout" if row["status"] is None else str(row["status"])
+            cells.append("" if row is None else f"{status}{' TB' if row['traceback'] else ''} ({row['seconds']:.0f} s)")
+        best = saved.get(f"{model}/optimize") or {}
+        ratio = f"{best['speedup']:.3f}" if best.get("speedup") else ""
+        noise = f"{100 * best['noise']:.1f}%" if best.get("noise") is not None else ""
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} |")
+    others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
+    lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
+    lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]
+    return "\n".join(lines) + "\n"
 
 
 def outcome_table(saved: dict) -> Table:

@@ -11,6 +11,7 @@ import errno
 import json
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -352,20 +353,20 @@ def command_select(args: argparse.Namespace) -> int:
 
 
 def select_segments_command(args: argparse.Namespace, names: list[str], options: dict) -> int:
-    from rlcompile.layer.selection import select_segments
+    from rlcompile.layer.choose import choose_plan
     from rlcompile.machine import host_cores
+    from rlcompile.optimize import parse_duration
     from rlcompile.plan import save_plan
     from rlcompile.report.tables import candidates_table, groups_table
 
+    started = time.monotonic()
+    budget_s = None if args.budget is None else parse_duration(args.budget)
     contract = accuracy_contract(args)
     model = load(args)
     threads = args.threads or host_cores()
-    selection = select_segments(model, args.agent, args.seed, threads, names, args.tuning_db, args.table_dir,
-                                measure_config(args), log, **options)  # fmt: skip
-    if not contract.exact:
-        from rlcompile.layer.precision import choose_precision
-
-        choose_precision(selection, contract, args.agent, args.seed, timing=measure_config(args), progress=log)
+    deadline = None if budget_s is None else started + budget_s
+    selection, _ = choose_plan(model, contract, args.agent, args.seed, threads, names, args.tuning_db,
+                               args.table_dir, measure_config(args), log, deadline=deadline, **options)  # fmt: skip
     stdout.print(groups_table(selection))
     stdout.print(candidates_table(selection))
     chosen = selection.chosen
@@ -721,6 +722,8 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("-o", "--output", type=Path, default=None, help="where the plan goes (default MODEL.plan/)")
     select.add_argument("--table-dir", type=Path, default=None, help="where lookup tables are kept (default: next "
                         "to the model)")  # fmt: skip
+    select.add_argument("--budget", default=None, help="wall time, e.g. 90s or 5m: the profile stops adding "
+                        "libraries in time for the final contest to end by it (default: profile every group fully)")
     add_precision_arguments(select)
     add_measure_arguments(select)
     select.set_defaults(handler=command_select)

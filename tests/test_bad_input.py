@@ -71,6 +71,7 @@ OPTION_CASES = [
     ("select", ["--threads", "-1"], "--threads"),
     ("select", ["--agent", "oracle"], "oracle"),
     ("select", ["--libraries", "ort,cudnn"], "cudnn"),
+    ("select", ["--budget", "soon"], "--budget"),
     ("optimize", ["--budget", "0"], "positive duration"),
     ("optimize", ["--budget", "-1m"], "--budget"),
     ("optimize", ["--trials", "0"], "--trials"),

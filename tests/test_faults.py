@@ -130,7 +130,7 @@ def test_graph_training_killed_mid_run_carries_on_from_its_saved_state(tmp_path:
 def test_optimize_killed_in_the_kernel_stage_resumes_it(tmp_path: Path):
     output = tmp_path / "lenet5.opt"
     journal = output / "work" / "tuning" / "measurements.jsonl"
-    command = ["optimize", "lenet5", "-o", str(output), "--levels", "kernel,layer", "--budget", "45s",
+    command = ["optimize", "lenet5", "-o", str(output), "--levels", "kernel,layer", "--budget", "32s",
                "--libraries", "ort,tvm"]  # fmt: skip
     first = start(*command)
     wait_for(lambda: len(journal_lines(journal)) >= 16, first)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,7 +26,13 @@ from rlcompile.tvm_bridge import tvm
 BUILD_TIMEOUT_S = 20.0
 #: Status of a candidate whose remote device went away during every attempt: not recorded, measured later.
 DEVICE_LOST = "device_lost"
+#: Status of a candidate the run's deadline left no time to run (or cut short): not recorded, measured later.
+NOT_RUN = "not_run"
+#: Statuses that say nothing about the candidate: never journaled, the candidate may be proposed again.
+UNMEASURED = (DEVICE_LOST, NOT_RUN)
 RUN_TIMEOUT_S = 30.0
+#: Under a deadline, a candidate's run may be stopped this early (rather than at :data:`RUN_TIMEOUT_S`).
+MIN_RUN_TIMEOUT_S = 2.0
 
 
 def lean_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict | None) -> tvm.runtime.Module:
@@ -134,7 +141,7 @@ class MeasureSettings:
 class Measurement:
     """The outcome of measuring one candidate. ``seconds`` is the median run time when ``ok``."""
 
-    status: str  # "ok" | "build_error" | "run_error" | "timeout" | "device_lost" (never journaled)
+    status: str  # "ok" | "build_error" | "run_error" | "timeout" | "device_lost" | "not_run" (never journaled)
     seconds: float | None = None
     error: str | None = None
 
@@ -161,6 +168,13 @@ def classify_error(message: str, stage: str) -> Measurement:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     meaningful = [line for line in lines if not line.startswith(("File ", "Traceback", "LocalBuilder", "LocalRunner"))]
     return Measurement(status=status, error=(meaningful or lines or [status])[-1][:300])
+
+
+def set_run_timeout(runner, seconds: float) -> None:
+    """Change a ``LocalRunner``'s timeout for the runs submitted next. TVM 0.27 reads it from its worker pool's
+    ``_timeout`` at each submission (``support/popen_pool.py``) and names it in its message (``timeout_sec``)."""
+    runner.timeout_sec = seconds
+    runner.pool._timeout = seconds
 
 
 class Measurer:
@@ -209,8 +223,13 @@ class Measurer:
     def __exit__(self, *_exc) -> None:
         self.close()
 
-    def measure(self, candidates: Sequence) -> list[Measurement]:
-        """Build every candidate, run those that built, and return one measurement per candidate."""
+    def measure(self, candidates: Sequence, deadline: float | None = None) -> list[Measurement]:
+        """Build every candidate, run those that built, and return one measurement per candidate.
+
+        ``deadline`` (``time.monotonic()``): locally, no candidate starts running past it and none runs beyond
+        it (down to :data:`MIN_RUN_TIMEOUT_S`); those are :data:`NOT_RUN`, not timeouts: the budget, not the
+        candidate, stopped them. A batch with a pathological candidate then ends near the deadline instead of
+        up to :data:`RUN_TIMEOUT_S` per candidate after it."""
         from tvm.s_tir.meta_schedule.builder import BuilderInput
         from tvm.s_tir.meta_schedule.runner import RunnerInput
 
@@ -230,12 +249,34 @@ class Measurer:
             pending = [i for i in runnable if measurements[i] is None or measurements[i].status == DEVICE_LOST]
             if not pending:
                 break
-            for index, future in zip(pending, self.runner.run([inputs[i] for i in pending]), strict=True):
-                measurements[index] = self.outcome(future.result(), remote=self.rpc is not None)
+            for index, measurement in zip(pending, self.run([inputs[i] for i in pending], deadline), strict=True):
+                measurements[index] = measurement
         for result in built:
             if result.artifact_path:
                 shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
         return [m for m in measurements if m is not None]
+
+    def run(self, inputs: list, deadline: float | None) -> list[Measurement]:
+        """Run built candidates: all at once (remotely, or without a deadline), else one at a time, each with at
+        most the time left to ``deadline`` as its timeout."""
+        if deadline is None or self.rpc is not None:
+            return [self.outcome(future.result(), remote=self.rpc is not None) for future in self.runner.run(inputs)]
+        results = []
+        try:
+            for runner_input in inputs:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    results.append(Measurement(status=NOT_RUN, error="the run's deadline passed before it ran"))
+                    continue
+                timeout = min(self.settings.run_timeout_s, max(left, MIN_RUN_TIMEOUT_S))
+                set_run_timeout(self.runner, timeout)
+                measurement = self.outcome(self.runner.run([runner_input])[0].result(), remote=False)
+                if measurement.status == "timeout" and timeout < self.settings.run_timeout_s:
+                    measurement = Measurement(status=NOT_RUN, error=f"stopped at the run's deadline ({timeout:.1f} s)")
+                results.append(measurement)
+        finally:
+            set_run_timeout(self.runner, self.settings.run_timeout_s)
+        return results
 
     @staticmethod
     def outcome(result, remote: bool) -> Measurement:

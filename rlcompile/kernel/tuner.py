@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from rlcompile.errors import BudgetError, RlcompileError, first_line
 from rlcompile.kernel import scheduler as schedulers
 from rlcompile.kernel.cost_model import MIN_TRAINING_SAMPLES, KnobXGB
-from rlcompile.kernel.measurer import DEVICE_LOST, Measurement, Measurer
+from rlcompile.kernel.measurer import DEVICE_LOST, NOT_RUN, UNMEASURED, Measurement, Measurer
 from rlcompile.kernel.pretrained import PretrainedModel, TaskPrior
 from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.strategies import SearchContext, SearchStrategy
@@ -66,6 +66,8 @@ class TaskState:
     exhausted: bool = False
     #: candidates whose remote device went away in every attempt: not recorded, proposed again later
     device_lost: int = 0
+    #: candidates the deadline left no time to run (or stopped): not recorded, proposed again by a later run
+    not_run: int = 0
     #: best latency after each of the task's batches (the task scheduler's input)
     batch_bests: list[float] = field(default_factory=list)
     #: measurements of other tasks the cost model started from (``--warm-start``)
@@ -105,9 +107,9 @@ class TaskState:
             "gflops": self.gflops, "statuses": dict(self.statuses), "errors": dict(self.errors.most_common(5)),
             "search_seconds": self.strategy.stats.search_seconds, "measure_seconds": self.measure_seconds,
             "elapsed_seconds": self.elapsed_seconds, "search": self.strategy.stats.to_dict(),
-            "exhausted": self.exhausted, "device_lost": self.device_lost, "batches": self.batches,
-            "warm_start_samples": self.warm_start_samples, "cost_model": self.cost_model, "skipped": self.skipped,
-            "history": self.history,
+            "exhausted": self.exhausted, "device_lost": self.device_lost, "not_run": self.not_run,
+            "batches": self.batches, "warm_start_samples": self.warm_start_samples, "cost_model": self.cost_model,
+            "skipped": self.skipped, "history": self.history,
         }  # fmt: skip
 
 
@@ -305,11 +307,12 @@ class Tuner:
             return
         measure_started = time.perf_counter()
         candidates = [proposal.candidate() for proposal in proposals]
-        measurements = self.measurer.measure(candidates)
+        measurements = self.measurer.measure(candidates, deadline=self.deadline)
         state.measure_seconds += time.perf_counter() - measure_started
-        kept = [index for index, measurement in enumerate(measurements) if measurement.status != DEVICE_LOST]
-        state.device_lost += len(measurements) - len(kept)
-        if measurements and not kept:
+        kept = [index for index, measurement in enumerate(measurements) if measurement.status not in UNMEASURED]
+        state.device_lost += sum(measurement.status == DEVICE_LOST for measurement in measurements)
+        state.not_run += sum(measurement.status == NOT_RUN for measurement in measurements)
+        if measurements and all(measurement.status == DEVICE_LOST for measurement in measurements):
             raise RlcompileError("every candidate of a batch lost its remote device, in every retry: no RPC server "
                                  "is left to measure on; what was measured is saved, so start a server and run "
                                  "again to resume")  # fmt: skip

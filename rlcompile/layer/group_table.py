@@ -205,8 +205,11 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     cut = [group.name for group in grouped.groups if set(standalone[group.name]) | set(rejected.get(group.name, {}))
            < set(created)]  # fmt: skip
     edges = group_edges(grouped)
-    progress(Phase("layer", f"measuring boundary costs between {', '.join(created)}", "boundaries"))
-    conversions = time_boundaries(edges, created, threads)
+    meeting = libraries_meeting(edges, standalone)
+    crossings = sum(len(names) > 1 for names in meeting.values())
+    progress(Phase("layer", f"measuring boundary costs between {', '.join(created)} ({crossings} of {len(meeting)} "
+                            "tensor shapes can cross libraries)", "boundaries"))  # fmt: skip
+    conversions = time_boundaries(meeting, created, threads)
     names = [group.name for group in grouped.groups]
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
                         rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
@@ -324,8 +327,24 @@ def split_ms(single: Callable[[np.ndarray], object], chain: Callable[[np.ndarray
     return max(0.0, apart - together)
 
 
-def time_boundaries(edges: Sequence[Edge], created, threads) -> dict[str, dict[str, float]]:
-    """{shape: {"A->B": ms}} for every boundary shape and pair of libraries (and the caller, "host").
+def libraries_meeting(edges: Sequence[Edge], standalone: Mapping[str, Mapping[str, float]]) -> dict[tuple, set[str]]:
+    """{shape: the libraries that can run a group on either side of an edge of that shape}.
+
+    Only these need pricing there: where every group beside a shape has one library (the others refused
+    it, or the profile was cut before them) no boundary of that shape can be chosen, and only that
+    library's split (what the group saves inside a segment) is wanted; the hand-offs, which cost a compiled
+    probe per library and a timing per pair, are skipped.
+    """
+    meeting: dict[tuple, set[str]] = {}
+    for edge in edges:
+        sides = [standalone.get(edge.producer, {}), standalone.get(edge.consumer, {})]
+        meeting.setdefault(edge.shape, set()).update(name for side in sides for name in side)
+    return meeting
+
+
+def time_boundaries(meeting: Mapping[tuple, set[str]], created, threads) -> dict[str, dict[str, float]]:
+    """{shape: {"A->B": ms}} for every boundary shape and pair of libraries meeting there (and the caller,
+    "host"); ``meeting`` is :func:`libraries_meeting`'s.
 
     A boundary from A to B costs half of A's split cost (leaving A: call return, layout back to NCHW),
     half of B's (entering B: call, layout in) and the hand-off penalty of B running right after A
@@ -333,9 +352,10 @@ def time_boundaries(edges: Sequence[Edge], created, threads) -> dict[str, dict[s
     """
     conversions: dict[str, dict[str, float]] = {}
     rng = np.random.default_rng(0)
-    for shape in sorted({edge.shape for edge in edges}):
+    for shape in sorted(meeting):
+        libraries = {name: library for name, library in created.items() if name in meeting[shape]}
         try:
-            conversions[shape_key(shape)] = time_boundary(shape, created, threads, rng)
+            conversions[shape_key(shape)] = time_boundary(shape, libraries, threads, rng)
         except Exception as error:  # a probe a library refuses leaves that boundary unpriced, reported
             conversions[shape_key(shape)] = {"error": first_line(error)}
     return conversions
@@ -370,7 +390,8 @@ def in_context(table: LookupTable, grouped: GroupedModel) -> dict[str, dict[str,
         result[group.name] = {}
         edges = [shapes[name] for name in [*group.inputs, *group.outputs]]
         for library, ms in table.options[group.name].items():
-            split = sum(table.conversions[shape_key(shape)].get(f"split:{library}", 0.0) for shape in edges) / 2
+            split = sum(table.conversions.get(shape_key(shape), {}).get(f"split:{library}", 0.0)
+                        for shape in edges) / 2  # fmt: skip
             result[group.name][library] = max(ms - split, 0.1 * ms)
     return result
 

@@ -325,7 +325,12 @@ def select_segments(
     progress(Phase("layer", "folding batch norms, forming fusion groups, reading activations", "group"))
     grouped = group_model(model, seed)
     path = table_file(model, list(created), threads, table_dir, tuning_db)
-    profile_deadline = None if deadline is None else deadline - FINAL_SHARE * max(0.0, deadline - time.monotonic())
+    original = baseline or model
+    natives = native_timers(original, grouped.feeds, threads, created, progress)
+    profile_deadline = None
+    if deadline is not None:  # the final contest's least time first, then a share of what is left
+        floor_s = contest_floor_s(natives["ort native"], len(natives) + len(created) + 2)
+        profile_deadline = deadline - floor_s - FINAL_SHARE * max(0.0, deadline - floor_s - time.monotonic())
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline)
     if reused:
         progress(Reuse("layer", f"reused the lookup table {path}", "table"))
@@ -339,10 +344,8 @@ def select_segments(
     progress(Phase("layer", f"solving with {agent} over {len(problem)} fusion groups", "solve"))
     result = solver.solve(problem, seed)
     candidates = first_candidates(problem, result, agent, mixed)
-    original = baseline or model
     reference = run_proto(original.proto, grouped.feeds)
     compile_candidates(grouped, candidates, created, threads, reference, progress)
-    natives = native_timers(original, grouped.feeds, threads, created, progress)
     # the refining probe, then a second compile and the final contest: only when it leaves the contest its time
     in_time = deadline is None or deadline - time.monotonic() > 2 * contest.contest_seconds(timing, len(candidates) + 4)
     if in_time and any(is_mixed(c) and c.engine for c in candidates):
@@ -497,6 +500,16 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
     standings = time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto,
                                      Settle(deadline=deadline), progress)  # fmt: skip
     return {name: standings[name] for name in natives}, standings.rounds
+
+
+def contest_floor_s(native: Callable[[], object], contenders: int) -> float:
+    """The least time a final contest of ``contenders`` takes however short its blocks: ``MIN_ROUNDS`` rounds of
+    a warm-up call and a timed call each, at the native run's latency (one call timed after one warm call).
+    A model that takes most of a second per call needs this reserved before the profile spends the time."""
+    native()
+    started = time.monotonic()
+    native()
+    return contenders * contest.MIN_ROUNDS * 2 * (time.monotonic() - started)
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created,

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Protocol
 from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.events import Decision, Event, Listener, Phase, Reuse, Step
+from rlcompile.layer.choose import choose_plan
 from rlcompile.layer.precision.contract import DEFAULT_TOLERANCE, AccuracyContract
-from rlcompile.layer.selection import Selection, select_segments
+from rlcompile.layer.selection import Selection
 from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
@@ -79,9 +80,6 @@ class StageSettings:
 
 
 CONTRACT_FIELDS = ("precision", "data", "metric", "tolerance")
-#: With a lowered precision allowed, the part of the layer stage's time the library choice gets (the precision
-#: searches and their contest the rest).
-LIBRARY_SHARE = 0.4
 
 
 class RunState:
@@ -367,21 +365,11 @@ class LayerStage:
         names = runtimes.parse(settings.libraries, context.tuning_db is not None)
         table_dir = context.work / "tables" / f"kernel-{context.kernel_trials}"
         baseline = context.original if context.current is not context.original else None
-        deadline, contract = self.deadline(context, started), settings.contract
-        library_deadline = deadline if contract.exact else started + LIBRARY_SHARE * (deadline - started)
-        selection = select_segments(context.current, settings.layer_agent, settings.seed, settings.threads, names,
-                                    context.tuning_db, table_dir, settings.timing, context.progress, mixed=mixed,
-                                    baseline=baseline, deadline=library_deadline)  # fmt: skip
-        precision = None
-        if not contract.exact:
-            from rlcompile.layer.precision import choose_precision
-
-            # the searches stop with a fifth of the time left: the final contest and writing need it
-            search_deadline = deadline - 0.2 * max(deadline - time.monotonic(), 0.0)
-            choice = choose_precision(selection, contract, settings.layer_agent, settings.seed,
-                                      context.work / "precision", settings.timing, context.progress,
-                                      deadline=search_deadline, final_deadline=deadline)  # fmt: skip
-            precision = choice.to_dict()
+        selection, precision = choose_plan(context.current, settings.contract, settings.layer_agent, settings.seed,
+                                           settings.threads, names, context.tuning_db, table_dir, settings.timing,
+                                           context.progress, baseline=baseline, mixed=mixed,
+                                           deadline=self.deadline(context, started),
+                                           work=context.work / "precision")  # fmt: skip
         context.selection = selection
         return LayerRecord(agent=settings.layer_agent, libraries=names, unavailable=selection.unavailable,
                            chosen=selection.chosen.labels, segments=selection.chosen.segments,

@@ -53,6 +53,17 @@ def test_timeouts_are_reported(target, candidates, stage, settings) -> None:
     assert result.status == "timeout" and not result.ok
 
 
+def test_past_the_deadline_candidates_are_not_run_and_not_blamed(target, candidates) -> None:
+    from rlcompile.kernel.measurer import NOT_RUN, RUN_TIMEOUT_S
+
+    measurer = Measurer(target)
+    late = measurer.measure(candidates[:2], deadline=time.monotonic())
+    assert [r.status for r in late] == [NOT_RUN, NOT_RUN] and not any(r.ok for r in late)
+    in_time = measurer.measure(candidates[:2], deadline=time.monotonic() + 60)
+    assert [r.status for r in in_time] == ["ok", "ok"]
+    assert measurer.runner.pool._timeout == RUN_TIMEOUT_S  # each run's shortened timeout is not left behind
+
+
 def test_error_summary_is_the_meaningful_last_line() -> None:
     message = 'LocalRunner: An exception occurred\nTraceback (most recent call last):\n  File "x"\nValueError: bad'
     assert classify_error(message, "run").error == "ValueError: bad"

@@ -42,6 +42,20 @@ def test_the_knapsack_is_exact_on_small_instances():
         assert values[chosen].sum() == pytest.approx(values[list(best)].sum())
 
 
+def test_each_search_gets_a_share_of_the_time_and_passes_on_what_it_leaves():
+    import time
+
+    from rlcompile.layer.precision.evaluate import Evaluator
+
+    evaluator = Evaluator([], None, {}, None, None, [], 0.0, 0.01, 1, deadline=time.monotonic() + 40.0)
+    evaluator.share_time(4)  # the first of four searches: a quarter of the 40 s
+    assert 9.0 < evaluator.search_deadline - time.monotonic() <= 10.0 and not evaluator.spent
+    evaluator.search_deadline = time.monotonic() - 1.0  # its share is spent: it stops, the run's deadline is not
+    assert evaluator.spent
+    evaluator.share_time(1)  # the last search gets everything left
+    assert 39.0 < evaluator.search_deadline - time.monotonic() <= 40.0 and not evaluator.spent
+
+
 def test_metrics_compare_with_fp32_or_with_labels():
     reference = [np.array([[0.1, 0.9, 0.0]])]
     assert relative_l2({}, reference, reference) == 0.0

@@ -93,6 +93,17 @@ def test_select_cli_writes_a_plan_directory_that_run_runs(tmp_path: Path, capsys
     assert "x ONNX Runtime native" in printed and "agrees with ONNX Runtime" in printed
 
 
+def test_select_within_a_budget_profiles_the_default_library_only_when_time_is_short(tmp_path: Path):
+    report = tmp_path / "select.json"
+    code = main(["select", "lenet5", "--agent", "greedy", "--quick", "--budget", "1s", "-o", str(tmp_path / "plan"),
+                 "--table-dir", str(tmp_path / "tables"), "--libraries", "ort,torch", "--threads", "1", "--json",
+                 str(report)])  # fmt: skip
+    assert code == 0
+    groups = json.loads(report.read_text())["groups"]
+    assert groups and all(set(row["ms"]) == {"ort"} for row in groups)  # the profile's time was spent at once
+    assert not list((tmp_path / "tables").glob("*.json"))  # a cut profile is not saved: the next run completes it
+
+
 def test_run_refuses_saved_results_of_different_models_and_several_models(selection, tmp_path: Path, capsys):
     out = save_plan(selection, tmp_path / "a")
     other = tmp_path / "b"
@@ -151,10 +162,13 @@ def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_no
     table, reused = load_or_profile_groups(grouped, created, 1, path, events.append, deadline=time.monotonic())
     assert not reused and table.notes["cut_short"] == len(grouped.groups)
     assert all(set(options) == {"ort"} for options in table.options.values())
+    priced = [entry for entry in table.conversions.values() if "error" not in entry]
+    assert priced and all(set(entry) == {"split:ort", "host->ort", "ort->host"} for entry in priced)  # no hand-offs
     assert not path.exists()  # the next run, with time, profiles every library
     assert not save_table(table, path) and not path.exists()  # nor does the layer level's refined table save it
     table, _ = load_or_profile_groups(grouped, created, 1, path)
     assert path.exists() and all(set(options) == {"ort", "openvino"} for options in table.options.values())
+    assert all({"ort->openvino", "openvino->ort"} <= set(entry) for entry in table.conversions.values())
 
 
 def test_measured_mixed_plans_teach_the_table_what_a_switch_costs():
@@ -207,3 +221,15 @@ def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_nat
     assert "ort native" in chosen.natives and "openvino native" not in chosen.natives
     assert any(isinstance(e, Event) and "OpenVINO does not run the whole model" in e.text for e in events)
     assert chosen.chosen.agreement.within()
+
+
+def test_the_final_contest_floor_is_reserved_from_the_native_latency():
+    import time
+
+    from rlcompile.layer.selection import contest_floor_s
+    from rlcompile.measure.contest import MIN_ROUNDS
+
+    calls: list[float] = []
+    floor = contest_floor_s(lambda: calls.append(time.sleep(0.01)), contenders=3)
+    assert len(calls) == 2  # one warm call, one timed
+    assert 3 * MIN_ROUNDS * 2 * 0.01 <= floor < 3 * MIN_ROUNDS * 2 * 0.05

@@ -157,6 +157,7 @@ def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: in
     for index, name in enumerate(names):
         progress(Step("precision", f"precision: {name} search ({len(evaluator.visited)} plans measured so far)",
                       index, len(names), "searches", name))  # fmt: skip
+        evaluator.share_time(len(names) - index)
         result = create(name)(evaluator, allowed, seed)
         results.append(result)
         found = result.best.plan.label(len(evaluator.units)) if result.best else "nothing within tolerance"

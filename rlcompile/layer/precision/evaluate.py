@@ -63,14 +63,25 @@ class Evaluator:
     grouped: object = None
     max_evaluations: int = 200
     deadline: float | None = None
+    #: when the search running now must stop (its share of the time to ``deadline``; see ``share_time``)
+    search_deadline: float | None = None
     cache: dict[PrecisionPlan, Evaluation] = field(default_factory=dict)
     #: plans in the order they were first evaluated
     visited: list[PrecisionPlan] = field(default_factory=list)
 
     @property
     def spent(self) -> bool:
-        out_of_time = self.deadline is not None and time.monotonic() > self.deadline
+        now = time.monotonic()
+        out_of_time = any(end is not None and now > end for end in (self.deadline, self.search_deadline))
         return len(self.visited) >= self.max_evaluations or out_of_time
+
+    def share_time(self, searches_left: int) -> None:
+        """The next search may use an equal share of the time left to ``deadline`` among ``searches_left``
+        searches; what one leaves unused passes to those after it. A search whose every evaluation costs
+        seconds (int8 quantisation of a large model) thus cannot leave the last one, the agent's, nothing."""
+        if self.deadline is not None:
+            now = time.monotonic()
+            self.search_deadline = now + max(self.deadline - now, 0.0) / max(searches_left, 1)
 
     def __call__(self, plan: PrecisionPlan) -> Evaluation:
         """The plan's evaluation (cached); raises :class:`BudgetSpent` when a new one is not allowed."""

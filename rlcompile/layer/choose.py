@@ -1,0 +1,50 @@
+"""The layer level's decision as ``select`` and ``optimize`` both make it: a library per fusion group, then,
+when the accuracy contract allows a lowered precision, the precision searches; one deadline split between them.
+
+The precision path (and its imports: quantisation, data loading) is reached only when the contract allows it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rlcompile.events import Listener, ignore
+from rlcompile.layer.precision.contract import AccuracyContract
+from rlcompile.layer.selection import Selection, select_segments
+from rlcompile.measure import DEFAULT, MeasureConfig
+from rlcompile.models.onnx_model import LoadedModel
+
+#: With a lowered precision allowed, the part of the time the library choice gets (the precision searches and
+#: their contest the rest).
+LIBRARY_SHARE = 0.4
+#: The precision searches stop with this part of their time left: the final contest and writing need it.
+FINAL_PART = 0.2
+
+
+def choose_plan(model: LoadedModel, contract: AccuracyContract, agent: str = "qlearning", seed: int = 0,
+                threads: int = 1, library_names: list[str] | None = None, tuning_db: Path | None = None,
+                table_dir: Path | None = None, timing: MeasureConfig = DEFAULT, progress: Listener = ignore,
+                baseline: LoadedModel | None = None, mixed: bool = True, deadline: float | None = None,
+                work: Path | None = None, **solver_options: object) -> tuple[Selection, dict | None]:  # fmt: skip
+    """The selection (its ``chosen`` plan measured fastest within the contract) and, with a lowered precision
+    allowed, the precision choice as the manifest keeps it (else ``None``).
+
+    ``deadline`` (``time.monotonic()``): when everything, the final contest included, should be done; the
+    library choice gets all of it under an exact contract, :data:`LIBRARY_SHARE` of it otherwise.
+    """
+    started = time.monotonic()
+    library_deadline = deadline
+    if deadline is not None and not contract.exact:
+        library_deadline = started + LIBRARY_SHARE * (deadline - started)
+    selection = select_segments(model, agent, seed, threads, library_names, tuning_db, table_dir, timing,
+                                progress, baseline=baseline, mixed=mixed, deadline=library_deadline,
+                                **solver_options)  # fmt: skip
+    if contract.exact:
+        return selection, None
+    from rlcompile.layer.precision import choose_precision
+
+    search_deadline = None if deadline is None else deadline - FINAL_PART * max(deadline - time.monotonic(), 0.0)
+    choice = choose_precision(selection, contract, agent, seed, work, timing, progress, deadline=search_deadline,
+                              final_deadline=deadline)  # fmt: skip
+    return selection, choice.to_dict()
