@@ -100,7 +100,7 @@ def test_select_within_a_budget_profiles_the_default_library_only_when_time_is_s
                  str(report)])  # fmt: skip
     assert code == 0
     groups = json.loads(report.read_text())["groups"]
-    assert groups and all(set(row["ms"]) == {"ort"} for row in groups)  # the profile's time was spent at once
+    assert groups and set(groups[-1]["ms"]) == {"ort"}  # the profile's time was spent before the last group
     assert not list((tmp_path / "tables").glob("*.json"))  # a cut profile is not saved: the next run completes it
 
 
