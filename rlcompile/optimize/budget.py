@@ -4,7 +4,8 @@ The rule, stated once: each level chosen gets its share of the budget (:data:`SH
 over the levels asked for). The graph level's search gets :data:`GRAPH_SEARCH_SHARE` of the graph
 share; checking and judging its rewrite take the rest. Time the graph level did not use passes to the
 kernel level, which always has more to tune, and time it overran is taken from it; the kernel level
-stops at the first batch boundary past its deadline. The layer level's share is its deadline: its
+starts no batch past its deadline, and none of a batch's runs past it or beyond it. The layer level's share is its
+deadline (less the least time its final contest can take): its
 profile adds libraries per fusion group until the time for it is spent (the default library profiles
 the rest, and the profile resumes in a later run), the refining probe runs only when it leaves the
 final contest its time, and the final contest always runs, shortened to fit down to a floor per contender.
