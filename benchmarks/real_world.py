@@ -164,8 +164,7 @@ def markdown_summary(saved: dict) -> str:
         cells = []
         for command in commands:
             row = saved.get(f"{model}/{command}")
-            status = "" if row is None else "timeout" if row["status"] is None else str(row["status"])
-            cells.append("" if row is None else f"{status}{' TB' if row['traceback'] else ''} ({row['seconds']:.0f} s)")
+            cells.append("" if row is None else f"{outcome(row)} ({row['seconds']:.0f} s)")
         best = saved.get(f"{model}/optimize") or {}
         ratio = f"{best['speedup']:.3f}" if best.get("speedup") else ""
         noise = f"{100 * best['noise']:.1f}%" if best.get("noise") is not None else ""
@@ -176,16 +175,21 @@ def markdown_summary(saved: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def outcome(row: dict) -> str:
+    """How a command ended: its exit status ("timeout" when it was killed), and whether it printed a traceback."""
+    status = "timeout" if row["status"] is None else str(row["status"])
+    return status + (" TRACEBACK" if row["traceback"] else "")
+
+
 def outcome_table(saved: dict) -> Table:
     table = Table(title="every command on the corpus: exit status, wall time, the line that says why")
     for column in ("model", "command", "exit", "s", "optimize vs faster native (noise)", "line"):
         table.add_column(column)
     for key, row in saved.items():
         name, command = key.rsplit("/", 1)
-        status = "timeout" if row["status"] is None else str(row["status"])
         speed = (f"{row['speedup']:.3f}x ({100 * row['noise']:.1f}%)" if row.get("speedup") and row.get("noise")
                  is not None else "")  # fmt: skip
-        table.add_row(name, command, status + (" TRACEBACK" if row["traceback"] else ""), f"{row['seconds']:.0f}",
+        table.add_row(name, command, outcome(row), f"{row['seconds']:.0f}",
                       speed, row["last_line"])  # fmt: skip
     return table
 

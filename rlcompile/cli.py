@@ -359,12 +359,10 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
     from rlcompile.plan import save_plan
     from rlcompile.report.tables import candidates_table, groups_table
 
-    started = time.monotonic()
-    budget_s = None if args.budget is None else parse_duration(args.budget)
+    deadline = None if args.budget is None else time.monotonic() + parse_duration(args.budget)
     contract = accuracy_contract(args)
     model = load(args)
     threads = args.threads or host_cores()
-    deadline = None if budget_s is None else started + budget_s
     selection, _ = choose_plan(model, contract, args.agent, args.seed, threads, names, args.tuning_db,
                                args.table_dir, measure_config(args), log, deadline=deadline, **options)  # fmt: skip
     stdout.print(groups_table(selection))

@@ -310,9 +310,10 @@ class Tuner:
         measurements = self.measurer.measure(candidates, deadline=self.deadline)
         state.measure_seconds += time.perf_counter() - measure_started
         kept = [index for index, measurement in enumerate(measurements) if measurement.status not in UNMEASURED]
-        state.device_lost += sum(measurement.status == DEVICE_LOST for measurement in measurements)
-        state.not_run += sum(measurement.status == NOT_RUN for measurement in measurements)
-        if measurements and all(measurement.status == DEVICE_LOST for measurement in measurements):
+        unmeasured = Counter(measurement.status for measurement in measurements)
+        state.device_lost += unmeasured[DEVICE_LOST]
+        state.not_run += unmeasured[NOT_RUN]
+        if measurements and unmeasured[DEVICE_LOST] == len(measurements):
             raise RlcompileError("every candidate of a batch lost its remote device, in every retry: no RPC server "
                                  "is left to measure on; what was measured is saved, so start a server and run "
                                  "again to resume")  # fmt: skip
