@@ -19,6 +19,7 @@ factor absorbs what this model still misses.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -79,6 +80,8 @@ CUT_TIMING = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.02, max_time_s=
 CUT_PLAN_TIMING = MeasureConfig(warmup=1, min_repeats=1, min_time_s=0.1, max_time_s=0.3, floor_repeats=1)
 #: Alternations per boundary measurement (median of the B calls).
 BOUNDARY_REPEATS = 25
+#: Past the profile's deadline, at least this many boundary shapes are still measured: a line needs two.
+MIN_PRICED = 2
 #: Calibration factors outside this range mean the boundary model is badly off; they are clipped.
 FACTOR_RANGE = (0.5, 1.5)
 #: Widest last axis a boundary probe multiplies by a square matrix.
@@ -209,13 +212,18 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     crossings = sum(len(names) > 1 for names in meeting.values())
     progress(Phase("layer", f"measuring boundary costs between {', '.join(created)} ({crossings} of {len(meeting)} "
                             "tensor shapes can cross libraries)", "boundaries"))  # fmt: skip
-    conversions = time_boundaries(meeting, created, threads)
+    conversions, estimated = time_boundaries(meeting, created, threads, deadline)
+    if estimated:
+        progress(Event("layer", f"the profiling time is spent: {estimated} of {len(meeting)} boundary shapes are "
+                       f"priced by a line fitted to the {len(meeting) - estimated} measured (cost against size)"))
     names = [group.name for group in grouped.groups]
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
                         rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
-    calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if cut else PLAN_TIMING, late=bool(cut))
-    if cut:
+    late = bool(cut or estimated)
+    calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if late else PLAN_TIMING, late=late)
+    if late:
         table.notes["cut_short"] = len(cut)
+        table.notes["boundaries_estimated"] = estimated
     return table
 
 
@@ -342,23 +350,77 @@ def libraries_meeting(edges: Sequence[Edge], standalone: Mapping[str, Mapping[st
     return meeting
 
 
-def time_boundaries(meeting: Mapping[tuple, set[str]], created, threads) -> dict[str, dict[str, float]]:
+def time_boundaries(meeting: Mapping[tuple, set[str]], created, threads,
+                    deadline: float | None = None) -> tuple[dict[str, dict[str, float]], int]:  # fmt: skip
     """{shape: {"A->B": ms}} for every boundary shape and pair of libraries meeting there (and the caller,
-    "host"); ``meeting`` is :func:`libraries_meeting`'s.
+    "host"); ``meeting`` is :func:`libraries_meeting`'s. Returns it and how many shapes were estimated.
 
     A boundary from A to B costs half of A's split cost (leaving A: call return, layout back to NCHW),
     half of B's (entering B: call, layout in) and the hand-off penalty of B running right after A
     (A's threads still spinning, B's waking up) beyond B running after itself.
+
+    The shapes are measured smallest and largest first, then the sizes between (:func:`spread_order`); past
+    ``deadline`` (after :data:`MIN_PRICED` shapes) the shapes left are priced by :func:`fit_by_size` from
+    the measured ones: a boundary left unpriced would be free, and the solver would cross libraries for nothing.
     """
     conversions: dict[str, dict[str, float]] = {}
     rng = np.random.default_rng(0)
-    for shape in sorted(meeting):
+    shapes = spread_order(sorted(meeting, key=lambda shape: (int(np.prod(shape)), shape)))
+    for index, shape in enumerate(shapes):
+        if deadline is not None and index >= MIN_PRICED and time.monotonic() > deadline:
+            break
         libraries = {name: library for name, library in created.items() if name in meeting[shape]}
         try:
             conversions[shape_key(shape)] = time_boundary(shape, libraries, threads, rng)
         except Exception as error:  # a probe a library refuses leaves that boundary unpriced, reported
             conversions[shape_key(shape)] = {"error": first_line(error)}
-    return conversions
+    left = [shape for shape in shapes if shape_key(shape) not in conversions]
+    measured = {shape: conversions[shape_key(shape)] for shape in shapes if shape_key(shape) in conversions}
+    for shape in left:
+        conversions[shape_key(shape)] = fit_by_size(measured, shape, meeting[shape])
+    return conversions, len(left)
+
+
+def spread_order(items: Sequence) -> list:
+    """``items`` (sorted by size) reordered so that any prefix spans their range: first, last, middle, then the
+    middles of the halves, and so on."""
+    if len(items) <= 2:
+        return list(items)
+    order = [0, len(items) - 1]
+    spans = collections.deque([(1, len(items) - 2)])
+    while spans:
+        low, high = spans.popleft()
+        if low <= high:
+            middle = (low + high) // 2
+            order.append(middle)
+            spans.extend([(low, middle - 1), (middle + 1, high)])
+    return [items[i] for i in order]
+
+
+def fit_by_size(measured: Mapping[tuple, Mapping[str, float]], shape: tuple[int, ...], meeting: set[str],
+                ) -> dict[str, float]:  # fmt: skip
+    """The entries :func:`time_boundary` would measure for ``shape``, each from a line (ms against elements, never
+    below zero) fitted to the measured shapes that have that entry; a hand-off between two libraries never
+    measured together takes the line of every measured hand-off pooled."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for other, entries in measured.items():
+        for key, ms in entries.items():
+            if isinstance(ms, float | int):
+                points.setdefault(key, []).append((float(np.prod(other)), float(ms)))
+                if "->" in key and "host" not in key:
+                    points.setdefault("pair", []).append((float(np.prod(other)), float(ms)))
+
+    def line(key: str) -> float:
+        xs, ys = zip(*(points.get(key) or points.get("pair") or [(1.0, 0.0)]), strict=True)
+        if len(set(xs)) < 2:
+            return max(0.0, float(np.mean(ys)))
+        slope, intercept = np.polyfit(xs, ys, 1)
+        return max(0.0, float(intercept + slope * np.prod(shape)))
+
+    keys = [f"split:{name}" for name in meeting] + [f"host->{name}" for name in meeting]
+    keys += [f"{name}->host" for name in meeting]
+    keys += [f"{a}->{b}" for a in meeting for b in meeting if a != b]
+    return {key: line(key) for key in keys}
 
 
 def time_boundary(shape: tuple[int, ...], created, threads: int, rng: np.random.Generator) -> dict[str, float]:

@@ -75,6 +75,9 @@ FIRST_BATCH_SHARE = 0.3
 #: With a deadline, the share of the time left after grouping kept for compiling, checking and timing the
 #: candidates (the final contest settles in what is left); the profile gets the rest.
 FINAL_SHARE = 0.7
+#: With a deadline, the refining probe gets this share of the time left beyond the final contest's floor, and
+#: runs only when twice its own floor fits there.
+PROBE_SHARE = 0.3
 
 
 @dataclass
@@ -327,17 +330,19 @@ def select_segments(
     path = table_file(model, list(created), threads, table_dir, tuning_db)
     original = baseline or model
     natives = native_timers(original, grouped.feeds, threads, created, progress)
-    profile_deadline = None
+    profile_deadline, call_s, floor_s = None, 0.0, 0.0
     if deadline is not None:  # the final contest's least time first, then a share of what is left
-        floor_s = contest_floor_s(natives["ort native"], len(natives) + len(created) + 2)
+        call_s = call_seconds(natives["ort native"])
+        floor_s = contest_floor_s(call_s, len(natives) + len(created) + 2)
         profile_deadline = deadline - floor_s - FINAL_SHARE * max(0.0, deadline - floor_s - time.monotonic())
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline)
     if reused:
         progress(Reuse("layer", f"reused the lookup table {path}", "table"))
-    elif table.notes.get("cut_short"):
-        cut = table.notes["cut_short"]
+    elif table.notes.get("cut_short") or table.notes.get("boundaries_estimated"):
+        cut, estimated = table.notes["cut_short"], table.notes["boundaries_estimated"]
         progress(Event("layer", f"the profile was cut short by the deadline ({cut} groups on {REFERENCE_RUNTIME} "
-                                "only): the table is not saved, a later run completes it"))  # fmt: skip
+                                f"only, {estimated} boundary shapes estimated): the table is not saved, a later run "
+                                "completes it"))  # fmt: skip
     else:
         progress(Event("layer", f"wrote the lookup table {path}"))
     problem = SelectionProblem(table)
@@ -347,10 +352,10 @@ def select_segments(
     reference = run_proto(original.proto, grouped.feeds)
     compile_candidates(grouped, candidates, created, threads, reference, progress)
     # the refining probe, then a second compile and the final contest: only when it leaves the contest its time
-    in_time = deadline is None or deadline - time.monotonic() > 2 * contest.contest_seconds(timing, len(candidates) + 4)
-    if in_time and any(is_mixed(c) and c.engine for c in candidates):
+    fits, until = probe_deadline(deadline, floor_s, contest_floor_s(call_s, len(candidates) + 1))
+    if fits and any(is_mixed(c) and c.engine for c in candidates):
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
-                                 progress)  # fmt: skip
+                                 progress, until)  # fmt: skip
         save_table(problem.table, path)
         compile_candidates(grouped, candidates, created, threads, reference, progress)
     for candidate in candidates:
@@ -393,16 +398,22 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
 
 
 def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],
-           feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig,
-           progress: Listener) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
+           feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig, progress: Listener,
+           deadline: float | None = None) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
     """Learn the boundary scale from a first, short measurement of the plans; solve again with it.
 
     The plans found on the corrected table join the candidates (labelled "(refined)"), so the final
-    measurement compares the first and the refined answers side by side.
+    measurement compares the first and the refined answers side by side. ``deadline``: the probe is fitted to
+    end by then (past it, no round starts after the first :data:`~rlcompile.measure.contest.MIN_ROUNDS`).
     """
     progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
-    stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds)
+    settle = None
+    if deadline is not None:
+        runnable = sum(c.engine is not None and c.error is None for c in candidates)
+        probe = contest.fit_within(probe, runnable + 1, deadline - time.monotonic())
+        settle = Settle(max_batches=1, deadline=deadline)
+    stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds, settle=settle)
     then = problem.table.notes.get("ort_native_ms")
     drift = stats["ort native"].median_ms / then if then else 1.0
     scale = fit_boundary_scale(problem, candidates, drift)
@@ -502,14 +513,30 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
     return {name: standings[name] for name in natives}, standings.rounds
 
 
-def contest_floor_s(native: Callable[[], object], contenders: int) -> float:
-    """The least time a final contest of ``contenders`` takes however short its blocks: ``MIN_ROUNDS`` rounds of
-    a warm-up call and a timed call each, at the native run's latency (one call timed after one warm call).
-    A model that takes most of a second per call needs this reserved before the profile spends the time."""
+def call_seconds(native: Callable[[], object]) -> float:
+    """One call of ``native``, timed after one warm call."""
     native()
     started = time.monotonic()
     native()
-    return contenders * contest.MIN_ROUNDS * 2 * (time.monotonic() - started)
+    return time.monotonic() - started
+
+
+def contest_floor_s(call_s: float, contenders: int) -> float:
+    """The least time a contest of ``contenders`` takes however short its blocks: ``MIN_ROUNDS`` rounds of a
+    warm-up call and a timed call each, at ``call_s`` a call (the native run's: plans are rarely much faster). A
+    model that takes most of a second per call needs this reserved before the profile spends the time."""
+    return contenders * contest.MIN_ROUNDS * 2 * call_s
+
+
+def probe_deadline(deadline: float | None, final_floor_s: float, probe_floor_s: float) -> tuple[bool, float | None]:
+    """Whether the refining probe runs, and when it must end: always, unlimited, without a deadline; with one, only
+    when twice its floor fits beside the final contest's, and within :data:`PROBE_SHARE` of the time beyond that."""
+    if deadline is None:
+        return True, None
+    spare = deadline - time.monotonic() - final_floor_s
+    if spare < 2 * probe_floor_s:
+        return False, None
+    return True, time.monotonic() + max(probe_floor_s, PROBE_SHARE * spare)
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created,

@@ -101,8 +101,10 @@ def read_table(path: Path, progress: Listener = ignore) -> LookupTable | None:
 
 def save_table(table: LookupTable, path: Path) -> bool:
     """Write ``table`` to ``path``; returns whether it was written. A table whose profile a deadline cut short
-    (``notes["cut_short"]``) is never written: a later run would reuse it as complete instead of finishing it."""
-    if table.notes.get("cut_short"):
+    (``notes["cut_short"]``: groups profiled on the default library only; ``notes["boundaries_estimated"]``:
+    boundary shapes priced by a fit) is never written: a later run would reuse it as complete instead of finishing
+    it."""
+    if table.notes.get("cut_short") or table.notes.get("boundaries_estimated"):
         return False
     atomic.write_json(path, table.to_json(), indent=1)
     return True

@@ -226,10 +226,51 @@ def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_nat
 def test_the_final_contest_floor_is_reserved_from_the_native_latency():
     import time
 
-    from rlcompile.layer.selection import contest_floor_s
+    from rlcompile.layer.selection import call_seconds, contest_floor_s
     from rlcompile.measure.contest import MIN_ROUNDS
 
     calls: list[float] = []
-    floor = contest_floor_s(lambda: calls.append(time.sleep(0.01)), contenders=3)
+    floor = contest_floor_s(call_seconds(lambda: calls.append(time.sleep(0.01))), contenders=3)
     assert len(calls) == 2  # one warm call, one timed
     assert 3 * MIN_ROUNDS * 2 * 0.01 <= floor < 3 * MIN_ROUNDS * 2 * 0.05
+
+
+def test_the_refining_probe_runs_only_when_it_fits_beside_the_final_contest():
+    import time
+
+    from rlcompile.layer.selection import PROBE_SHARE, probe_deadline
+
+    assert probe_deadline(None, 5.0, 1.0) == (True, None)  # no deadline: no limit
+    now = time.monotonic()
+    assert probe_deadline(now + 3.0, 2.0, 1.0) == (False, None)  # 1 s beyond the final floor; the probe needs 2
+    fits, until = probe_deadline(now + 100.0, 10.0, 1.0)
+    assert fits and now + PROBE_SHARE * 89 < until < now + 90  # its share, and the final contest's floor kept
+
+
+def test_boundaries_past_the_deadline_are_priced_by_a_line_through_the_measured_shapes():
+    import time
+
+    from rlcompile import runtimes
+    from rlcompile.layer.group_table import time_boundaries
+
+    created = {"ort": runtimes.create("ort"), "openvino": runtimes.create("openvino")}
+    shapes = [(1, channels, 8, 8) for channels in (4, 8, 16, 32)]
+    meeting = {shape: {"ort", "openvino"} for shape in shapes}
+    conversions, estimated = time_boundaries(meeting, created, 1, deadline=time.monotonic())
+    assert estimated == 2  # the smallest and the largest shape measured: a line needs two points
+    keys = {"split:ort", "split:openvino", "host->ort", "ort->host", "host->openvino", "openvino->host",
+            "ort->openvino", "openvino->ort"}  # fmt: skip
+    assert all(keys <= set(conversions[f"1x{c}x8x8"]) for c in (4, 8, 16, 32))  # none left free
+    for key in keys:  # the shapes between are priced between the measured ends
+        ends = sorted(conversions[f"1x{c}x8x8"][key] for c in (4, 32))
+        assert all(ends[0] - 1e-9 <= conversions[f"1x{c}x8x8"][key] <= ends[1] + 1e-9 for c in (8, 16))
+
+
+def test_a_fitted_boundary_follows_size_and_pools_the_pairs_never_measured():
+    from rlcompile.layer.group_table import fit_by_size, spread_order
+
+    measured = {(10,): {"split:a": 1.0, "a->b": 2.0}, (30,): {"split:a": 3.0, "a->b": 4.0}}
+    fitted = fit_by_size(measured, (20,), {"a", "b", "c"})
+    assert fitted["split:a"] == pytest.approx(2.0) and fitted["a->b"] == pytest.approx(3.0)
+    assert fitted["b->c"] == pytest.approx(3.0)  # never measured: every hand-off measured, pooled
+    assert spread_order(list(range(6))) == [0, 5, 2, 1, 3, 4]  # any prefix spans the sizes
