@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,8 @@ COMMANDS = {
     "optimize": ["--quick", "-o", "{out}/opt", "--json", "{out}/optimize.json"],
 }
 TIMEOUT_S = 1200
+#: Issue 32's criterion: the lookup table predicts every measured plan within this fraction.
+PREDICTION_BAND = 0.15
 
 
 def quantised_copy(source: Path, folder: Path) -> Path:
@@ -117,7 +120,28 @@ def try_command(model: list[str], command: str, out: Path) -> dict:
         stages = {name: stage.get("wall_s") for name, stage in optimize["stages"].items()}
         row |= {"speedup": latency["speedup"], "noise": latency["noise"], "final_ms": latency["final_ms"],
                 "rounds": latency.get("rounds"), "budget_s": 240.0, "stages_s": stages}  # fmt: skip
+    if command == "select":
+        row["plans"] = plan_predictions(out / "plan" / "manifest.json")
     return row
+
+
+def plan_predictions(manifest: Path) -> list[dict] | None:
+    """Every plan ``select`` measured: its labels, segments, the lookup table's prediction and the measurement
+    (``None`` when the manifest is missing)."""
+    if not manifest.exists():
+        return None
+    candidates = json.loads(manifest.read_text())["selection"]["candidates"]
+    return [{"labels": c["labels"], "segments": c.get("segments"), "predicted_ms": c.get("predicted_ms"),
+             "measured_ms": c.get("measured_ms")} for c in candidates]  # fmt: skip
+
+
+def predicted(plans: list[dict] | None) -> tuple[int, int, float | None]:
+    """(plans within :data:`PREDICTION_BAND` of their measurement, plans with a prediction, the worst ratio of
+    measured to predicted)."""
+    ratios = [plan["measured_ms"] / plan["predicted_ms"] for plan in plans or []
+              if plan.get("measured_ms") and plan.get("predicted_ms") and math.isfinite(plan["predicted_ms"])]
+    worst = max(ratios, key=lambda ratio: abs(math.log(ratio))) if ratios else None
+    return sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in ratios), len(ratios), worst
 
 
 def selected_models(text: str, families: str | None) -> list[str]:
@@ -147,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
             console.log(key)
             saved[key] = try_command(model, command, args.out / "runs" / name.replace(":", "-") / command)
             atomic.write_json(path, saved, indent=1)
+    for key, row in saved.items():  # rows from before the predictions were recorded, while their plans are on disk
+        if key.endswith("/select") and "plans" not in row:
+            name = key.rsplit("/", 1)[0]
+            row["plans"] = plan_predictions(args.out / "runs" / name.replace(":", "-") / "select" / "plan" /
+                                            "manifest.json")  # fmt: skip
+    atomic.write_json(path, saved, indent=1)
     console.print(outcome_table(saved))
     (args.out / "real_world.md").write_text(markdown_summary(saved))
     console.log(f"wrote {path} and real_world.md")
@@ -158,8 +188,8 @@ def markdown_summary(saved: dict) -> str:
     its twins' noise and contest rounds; then every outcome other than exit 0, with its line."""
     commands = [command for command in COMMANDS if any(key.endswith(f"/{command}") for key in saved)]
     models = list(dict.fromkeys(key.rsplit("/", 1)[0] for key in saved))
-    lines = ["| model | " + " | ".join(commands) + " | optimize x faster native | noise | rounds |",
-             "|---" * (len(commands) + 4) + "|"]  # fmt: skip
+    lines = ["| model | " + " | ".join(commands) + " | optimize x faster native | noise | rounds | select: plans "
+             f"predicted within {PREDICTION_BAND:.0%} | worst measured/predicted |", "|---" * (len(commands) + 6) + "|"]
     for model in models:
         cells = []
         for command in commands:
@@ -168,7 +198,13 @@ def markdown_summary(saved: dict) -> str:
         best = saved.get(f"{model}/optimize") or {}
         ratio = f"{best['speedup']:.3f}" if best.get("speedup") else ""
         noise = f"{100 * best['noise']:.1f}%" if best.get("noise") is not None else ""
-        lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} |")
+        within, priced, worst = predicted((saved.get(f"{model}/select") or {}).get("plans"))
+        prediction = f"{within}/{priced} | {worst:.2f}" if worst is not None else " | "
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} | "
+                     f"{prediction} |")  # fmt: skip
+    counts = [predicted(row.get("plans")) for key, row in saved.items() if key.endswith("/select")]
+    lines += ["", f"The lookup table's predictions: {sum(c[0] for c in counts)} of {sum(c[1] for c in counts)} plans "
+              f"that `select` measured are within {PREDICTION_BAND:.0%} of their measurement."]
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]

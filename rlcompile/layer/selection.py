@@ -113,6 +113,7 @@ class Candidate:
             "measured_p90_ms": self.measured.p90_ms if self.measured else None,
             "segments": self.segments,
             "library_mix": self.library_mix(),
+            "assignment": self.assignment,
             "agreement": self.agreement.to_dict() if self.agreement else None,
             "error": self.error,
             "accuracy": self.accuracy.to_json() if self.accuracy else None,
@@ -329,12 +330,15 @@ def select_segments(
     grouped = group_model(model, seed)
     path = table_file(model, list(created), threads, table_dir, tuning_db)
     original = baseline or model
+    started = time.monotonic()
     natives = native_timers(original, grouped.feeds, threads, created, progress)
     profile_deadline, call_s, floor_s = None, 0.0, 0.0
-    if deadline is not None:  # the final contest's least time first, then a share of what is left
+    if deadline is not None:  # the final contest's least time and the compiles after the profile, then a share
         call_s = call_seconds(natives["ort native"])
         floor_s = contest_floor_s(call_s, len(natives) + len(created) + 2)
-        profile_deadline = deadline - floor_s - FINAL_SHARE * max(0.0, deadline - floor_s - time.monotonic())
+        compiles_s = later_compiles(len(created)) * (time.monotonic() - started) / len(natives)
+        reserved = floor_s + compiles_s
+        profile_deadline = deadline - reserved - FINAL_SHARE * max(0.0, deadline - reserved - time.monotonic())
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline)
     if reused:
         progress(Reuse("layer", f"reused the lookup table {path}", "table"))
@@ -511,6 +515,13 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
     standings = time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto,
                                      Settle(deadline=deadline), progress)  # fmt: skip
     return {name: standings[name] for name in natives}, standings.rounds
+
+
+def later_compiles(libraries: int) -> int:
+    """How many whole-model compiles follow the profile at most: the calibration's single-library plans and ORT
+    native, then the agent's plan, the exact optimum and the single-library plans, and OpenVINO native whole. Each
+    is priced at what compiling a native session took (a 500 MB VGG: 5 s each)."""
+    return 2 * libraries + 3
 
 
 def call_seconds(native: Callable[[], object]) -> float:
