@@ -137,6 +137,8 @@ class Selection:
     natives: dict[str, LatencyStats] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
     rounds: int = 0  # how many rounds the final contest took
+    #: the native runs' timers (sessions compiled once: the precision searches' final contest times them again)
+    native_calls: dict[str, Callable[[], object]] = field(default_factory=dict, repr=False)
 
     @property
     def drift(self) -> float:
@@ -370,7 +372,7 @@ def select_segments(
                                       skip=natively_run(candidates, original))  # fmt: skip
     stats, rounds = time_candidates(grouped, candidates, natives, timing, progress, deadline, original.proto)
     return Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
-                     pick(candidates), stats, unavailable, rounds)  # fmt: skip
+                     pick(candidates), stats, unavailable, rounds, natives)  # fmt: skip
 
 
 def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:

@@ -116,7 +116,7 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     progress(Phase("precision", f"precision: timing {len(finalists)} precision plans with the fp32 plans in turns",
                    "measure"))  # fmt: skip
     selection.candidates += finalists
-    natives = make_native_timers(model, grouped.feeds, threads, created, progress)
+    natives = selection.native_calls or make_native_timers(model, grouped.feeds, threads, created, progress)
     for candidate in selection.candidates:
         candidate.measured = None
     selection.natives, selection.rounds = time_candidates(grouped, selection.candidates, natives, timing, progress,
