@@ -404,8 +404,8 @@ def spread_order(items: Sequence) -> list:
 def fit_by_size(measured: Mapping[tuple, Mapping[str, float]], shape: tuple[int, ...], meeting: set[str],
                 ) -> dict[str, float]:  # fmt: skip
     """The entries :func:`time_boundary` would measure for ``shape``, each from a line (ms against elements, never
-    below zero) fitted to the measured shapes that have that entry; a hand-off between two libraries never
-    measured together takes the line of every measured hand-off pooled."""
+    below zero) fitted to the measured shapes that have that entry; an entry no measured shape has (two libraries
+    never measured together) takes the line of every measured library-to-library hand-off pooled."""
     points: dict[str, list[tuple[float, float]]] = {}
     for other, entries in measured.items():
         for key, ms in entries.items():
