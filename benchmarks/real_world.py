@@ -144,6 +144,11 @@ def predicted(plans: list[dict] | None) -> tuple[int, int, float | None]:
     return sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in ratios), len(ratios), worst
 
 
+def run_folder(out: Path, name: str, command: str) -> Path:
+    """Where one (model, command) run writes its output."""
+    return out / "runs" / name.replace(":", "-") / command
+
+
 def selected_models(text: str, families: str | None) -> list[str]:
     everything = [entry.name for entry in corpus.corpus()] + list(QUANTISED)
     if families:
@@ -169,12 +174,11 @@ def main(argv: list[str] | None = None) -> int:
             if key in saved and not args.redo:
                 continue
             console.log(key)
-            saved[key] = try_command(model, command, args.out / "runs" / name.replace(":", "-") / command)
+            saved[key] = try_command(model, command, run_folder(args.out, name, command))
             atomic.write_json(path, saved, indent=1)
     for key, row in saved.items():  # rows from before the predictions were recorded, while their plans are on disk
         if key.endswith("/select") and "plans" not in row:
-            name = key.rsplit("/", 1)[0]
-            row["plans"] = plan_predictions(args.out / "runs" / name.replace(":", "-") / "select" / "plan" /
+            row["plans"] = plan_predictions(run_folder(args.out, key.rsplit("/", 1)[0], "select") / "plan" /
                                             "manifest.json")  # fmt: skip
     atomic.write_json(path, saved, indent=1)
     console.print(outcome_table(saved))
