@@ -5,7 +5,7 @@ over the levels asked for). The graph level's search gets :data:`GRAPH_SEARCH_SH
 share; checking and judging its rewrite take the rest. Time the graph level did not use passes to the
 kernel level, which always has more to tune, and time it overran is taken from it; the kernel level
 starts no batch past its deadline, and none of a batch's runs past it or beyond it. The layer level's share is its
-deadline (less the least time its final contest can take): its
+deadline (less the least time its final contest can take and the whole-model compiles that follow its profile): its
 profile adds libraries per fusion group until the time for it is spent (the default library profiles
 the rest, and the profile resumes in a later run), the refining probe runs only when it leaves the
 final contest its time, and the final contest always runs, shortened to fit down to a floor per contender.
