@@ -1,6 +1,6 @@
 """Does a pretrained cost model make tuning cheaper on models it never saw? Leave-one-model-out.
 
-    python benchmarks/pretrained.py gather [--out results/pretrained]
+    python benchmarks/pretrained.py gather [--out results/pretrained] [--target TVM_TARGET]
     python benchmarks/pretrained.py lomo [--models resnet18,...] [--strategy sa] [--seeds 0,1,2] [--trials 48]
     python benchmarks/pretrained.py ship [--out results/pretrained]
     python benchmarks/pretrained.py report          # the table (and pooled ratios) of the saved runs
@@ -12,8 +12,10 @@
 distinct tasks of each evaluation model for 256 measurements with ``sa`` (cold, seed 0; these runs are
 also the reference the evaluation must reach), further tasks of the zoo, the seed layers and a packaged
 OCR model with ``sa`` and ``evolutionary``. ``ship`` trains on all of it and writes the packaged model
-of this CPU's vector-ISA class (``rlcompile/kernel/pretrained/<isa>.json``) and the dataset
-(``OUT/dataset.npz``).
+of the records' vector-ISA class (``rlcompile/kernel/pretrained/<isa>.json``) and the dataset
+(``OUT/dataset.npz``). ``--target`` makes the records for another class than this CPU's own: on an AVX-512
+machine, ``--target '{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}' --out results/pretrained-avx2``
+gathers AVX2 kernels (run by this CPU's AVX2 units) and ``ship`` with the same flags writes ``avx2.json``.
 
 ``lomo``, per evaluation model M: a model is trained on every task of the other models' directories
 (M's own directories and any task with the same workload left out), and each of M's evaluation tasks
@@ -82,6 +84,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("results/pretrained"))
+    parser.add_argument("--target", default="llvm", help="gather, ship: the TVM target the records are made for, e.g. "
+                        '\'{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}\' for AVX2 kernels on an AVX-512 '
+                        "CPU (the shipped model is of the target's vector-ISA class)")  # fmt: skip
     parser.add_argument("--minutes", default="10,20", help="e2e: tuning checkpoints, in minutes of wall time")
     parser.add_argument("--layout", default="nchw", choices=LAYOUTS,
                         help="e2e: the convolutions' layout when tuned and built (arms other than nchw are named "
@@ -101,7 +106,8 @@ def gather(args: argparse.Namespace) -> None:
         count = len(tasks.split(","))
         command = ["rlcompile", "tune", model, "--tasks", tasks, "--trials", str(count * per_task), "--strategy",
                    strategy, "--seed", "0" if strategy == "sa" else "1", "--scheduler", "round-robin",
-                   "--cost-model", "none", "--work-dir", str(data_dir(args.out, model, strategy))]  # fmt: skip
+                   "--cost-model", "none", "--target", args.target,
+                   "--work-dir", str(data_dir(args.out, model, strategy))]  # fmt: skip
         console.log(" ".join(command))
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
@@ -377,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "ship":
         from rlcompile.tvm_bridge import resolve_target
 
-        ship(args, resolve_target("llvm"))
+        ship(args, resolve_target(args.target))
     elif args.command == "e2e":
         e2e(args)
     elif args.command == "wins":

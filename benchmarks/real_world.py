@@ -126,20 +126,25 @@ def try_command(model: list[str], command: str, out: Path) -> dict:
 
 
 def plan_predictions(manifest: Path) -> list[dict] | None:
-    """Every plan ``select`` measured: its labels, segments, the lookup table's prediction and the measurement
+    """Every plan ``select`` measured: its labels, segments, library mix, the lookup table's prediction as made
+    (``predicted_ms``) and at the speed ORT native measured in the final contest (``expected_ms``: what
+    ``select`` prints, the prediction times the machine's drift since the calibration) and the measurement
     (``None`` when the manifest is missing)."""
     if not manifest.exists():
         return None
-    candidates = json.loads(manifest.read_text())["selection"]["candidates"]
-    return [{"labels": c["labels"], "segments": c.get("segments"), "predicted_ms": c.get("predicted_ms"),
-             "measured_ms": c.get("measured_ms")} for c in candidates]  # fmt: skip
+    selection = json.loads(manifest.read_text())["selection"]
+    drift = selection.get("drift") or 1.0
+    return [{"labels": c["labels"], "segments": c.get("segments"), "library_mix": c.get("library_mix"),
+             "predicted_ms": c.get("predicted_ms"), "expected_ms": (c.get("predicted_ms") or math.nan) * drift,
+             "measured_ms": c.get("measured_ms")} for c in selection["candidates"]]  # fmt: skip
 
 
 def predicted(plans: list[dict] | None) -> tuple[int, int, float | None]:
     """(plans within :data:`PREDICTION_BAND` of their measurement, plans with a prediction, the worst ratio of
-    measured to predicted)."""
-    ratios = [plan["measured_ms"] / plan["predicted_ms"] for plan in plans or []
-              if plan.get("measured_ms") and plan.get("predicted_ms") and math.isfinite(plan["predicted_ms"])]
+    measured to predicted), the prediction at the final contest's speed where the run recorded it."""
+    ratios = [plan["measured_ms"] / prediction for plan in plans or []
+              if plan.get("measured_ms") and (prediction := plan.get("expected_ms") or plan.get("predicted_ms"))
+              and math.isfinite(prediction)]  # fmt: skip
     worst = max(ratios, key=lambda ratio: abs(math.log(ratio))) if ratios else None
     return sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in ratios), len(ratios), worst
 

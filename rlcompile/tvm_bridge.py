@@ -16,7 +16,7 @@ import warnings
 import onnx
 
 from rlcompile.errors import ModelError, TargetError, UnsupportedOperatorError, first_line
-from rlcompile.machine import host_cores
+from rlcompile.machine import cpu_flags, host_cores, isa_class
 
 # TVM reads this once, when its thread pool first starts; threads = cores unless the user says otherwise.
 os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
@@ -53,6 +53,22 @@ def resolve_target(text: str = "llvm") -> tvm.target.Target:
     if target.kind.name == "cuda" and not tvm.cuda(0).exist:
         raise TargetError("target cuda needs an NVIDIA GPU and none is visible on this machine")
     return target
+
+
+def target_isa(target: tvm.target.Target, flags: frozenset[str] | None = None) -> str:
+    """The vector-ISA class of the code ``target`` makes: ``avx512``, ``avx2`` or ``generic`` for CPU targets
+    (from the features LLVM enables for its ``mcpu``/``mattr``, and only those this CPU has: a Zen 4 tuning for
+    ``{"kind": "llvm", "mcpu": "znver3"}`` makes AVX2 kernels), the target's kind for the others. ``flags``:
+    the CPU's that runs the kernels (this one's when None).
+
+    What a kernel cost model learns transfers within one class, so the pretrained prior, the work directory's
+    records and the blocked layouts follow the target, not the machine the tuning happens to run on.
+    """
+    if target.kind.name != "llvm":
+        return target.kind.name
+    from tvm.target import codegen
+
+    return isa_class(frozenset(codegen.llvm_get_cpu_features(target)) & (cpu_flags() if flags is None else flags))
 
 
 #: Frames of ``inspect.stack()`` that TVMScript's parser reads source lines of (``is_defined_in_class``).

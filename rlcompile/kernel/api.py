@@ -23,7 +23,7 @@ from rlcompile.kernel.tuner import DEFAULT_BATCH_SIZE, Callback, TaskState, Tune
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.locks import exclusive
 from rlcompile.models import LoadedModel, Shape, load_model
-from rlcompile.tvm_bridge import resolve_target
+from rlcompile.tvm_bridge import resolve_target, target_isa
 
 
 def load_tasks(
@@ -116,7 +116,7 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
     schedulers.create(request.scheduler)
     target = resolve_target(request.target)
     rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None
-    pretrained = resolve_cost_model(request.cost_model, remote=rpc is not None)
+    pretrained = resolve_cost_model(request.cost_model, remote=rpc is not None, isa=target_isa(target))
     with exclusive(request.work_dir, "tuning work directory"):
         return tune_locked(request, target, rpc, callbacks, on_start, model, deadline, settings or MeasureSettings(),
                            pretrained, order)  # fmt: skip

@@ -170,9 +170,9 @@ def vector_block(target: tvm.target.Target) -> int:
     """How many fp32 channels fill one vector register on ``target`` (16 with AVX-512, 8 with AVX2, else 4)."""
     if target.kind.name != "llvm":
         raise RlcompileError(f"--layout nchwc is for CPU targets; {target.kind.name} keeps nchw")
-    from rlcompile.machine import isa_class
+    from rlcompile.tvm_bridge import target_isa
 
-    return {"avx512": 16, "avx2": 8}.get(isa_class(), 4)
+    return {"avx512": 16, "avx2": 8}.get(target_isa(target), 4)
 
 
 def prepare_relax(model: LoadedModel, layout: str = "nchw", target: tvm.target.Target | None = None) -> tvm.IRModule:

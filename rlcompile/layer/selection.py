@@ -34,7 +34,7 @@ from rlcompile.layer.group_table import (
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
-from rlcompile.layer.table import LookupTable, save_table
+from rlcompile.layer.table import LookupTable, pair_key, save_table
 from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import (
     DECISION_ROUNDS,
@@ -65,8 +65,11 @@ OPENVINO_NOISE_PROBE = "openvino native (identical session)"
 PROBES = {NOISE_PROBE: "ort native", OPENVINO_NOISE_PROBE: "openvino native"}
 #: How a single-runtime plan's label starts (``single:openvino``).
 SINGLE = "single:"
-#: The learned factor on boundaries between libraries stays within this range.
-BOUNDARY_SCALE_RANGE = (1.0, 20.0)
+#: The learned factor on the boundaries between two libraries stays within this range.
+BOUNDARY_SCALE_RANGE = (0.5, 20.0)
+#: How strongly a pair's factor is held at its current value when the measured plans fit it (relative to the
+#: pair's share of their time): weak, so that one measured plan crossing a pair moves its factor.
+BOUNDARY_PRIOR = 1e-3
 #: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
 ROUNDS = DECISION_ROUNDS
 #: With a deadline, the final contest's first batch of rounds is fitted into this share of the time left; the
@@ -255,41 +258,57 @@ def is_mixed(candidate: Candidate) -> bool:
     return len(set(candidate.assignment)) > 1
 
 
-def fit_boundary_scale(problem: SelectionProblem, candidates: list[Candidate], drift: float) -> float:
-    """The factor on library-to-library boundaries that makes the table predict the measured mixed plans.
+def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], drift: float) -> dict[str, float]:
+    """The factors on library-to-library boundaries, per pair of libraries, that make the table predict the
+    measured plans.
 
-    Only up (>= 1): a table whose boundaries are too cheap lets the solver switch libraries for gains
-    that are within its estimation error (the optimiser's curse); the measured mixed plans show by how
-    much. The median over the mixed plans measured, clipped to :data:`BOUNDARY_SCALE_RANGE`.
+    Each measured plan that crosses between libraries is one equation: its measurement (at the table's speed)
+    less its groups and its crossings to and from the caller equals the sum, over the pairs it crosses, of the
+    pair's standalone crossing cost times the pair's factor. Least squares, each plan weighted by its own time
+    (relative errors count alike), held weakly at the current factors (:data:`BOUNDARY_PRIOR`), clipped to
+    :data:`BOUNDARY_SCALE_RANGE`. Per pair, because a switch costs what the two libraries' thread pools and
+    buffers make it cost: one factor for all pairs lets ORT/OpenVINO plans inflate every torch plan's switches,
+    which the calibration had already priced (the single-torch plan is the calibration's own measurement).
     """
     table = problem.table
-    ratios = []
+    equations = []
     for candidate in candidates:
-        if not is_mixed(candidate) or candidate.measured is None:
+        if candidate.measured is None:
             continue
         choices = problem.choices(candidate.assignment)
-        groups = sum(problem.options[k][c].ms for k, c in enumerate(choices))
-        crossing = problem.total(choices) - groups
-        host = crossing - library_boundaries(problem, choices)
-        between = crossing - host
-        if between > 0:
-            ratios.append((candidate.measured.median_ms / drift - groups - host) / between * table.boundary_scale)
-    if not ratios:
-        return table.boundary_scale
-    return float(np.clip(np.median(ratios), *BOUNDARY_SCALE_RANGE))
+        crossings = library_boundaries(problem, choices)
+        if not any(crossings.values()):
+            continue  # a one-library plan teaches nothing about switches
+        scaled = sum(table.boundary_scale(*pair.split("|")) * ms for pair, ms in crossings.items())
+        measured = candidate.measured.median_ms / drift
+        equations.append((crossings, measured - (problem.total(choices) - scaled), measured))
+    if not equations:
+        return dict(table.boundary_scales)
+    pairs = sorted({pair for crossings, _, _ in equations for pair in crossings})
+    weights = np.array([1 / measured for _, _, measured in equations])
+    matrix = np.array([[crossings.get(pair, 0.0) for pair in pairs] for crossings, _, _ in equations])
+    matrix = matrix * weights[:, None]
+    rhs = np.array([left for _, left, _ in equations]) * weights
+    current = np.array([table.boundary_scale(*pair.split("|")) for pair in pairs])
+    prior = np.diag(np.sqrt(BOUNDARY_PRIOR) * np.sqrt((matrix**2).mean(axis=0)))
+    solution = np.linalg.lstsq(np.vstack([matrix, prior]), np.concatenate([rhs, prior @ current]), rcond=None)[0]
+    fitted = np.clip(solution, *BOUNDARY_SCALE_RANGE)
+    return dict(table.boundary_scales) | {pair: float(scale) for pair, scale in zip(pairs, fitted, strict=True)}
 
 
-def library_boundaries(problem: SelectionProblem, choices: list[int]) -> float:
-    """The plan's boundary cost between two libraries (not to or from the caller), at the table's scale."""
+def library_boundaries(problem: SelectionProblem, choices: list[int]) -> dict[str, float]:
+    """The plan's boundary costs between two libraries (not to or from the caller), per pair of libraries
+    (:func:`~rlcompile.layer.table.pair_key`), as measured standalone (before the learned factors)."""
     table = problem.table
-    total = 0.0
+    totals: dict[str, float] = {}
     for consumer, edges in enumerate(problem.incoming):
         target = problem.options[consumer][choices[consumer]].layout
         for edge in edges:
-            if edge.producer >= 0:
-                source = problem.options[edge.producer][choices[edge.producer]].layout
-                total += table.conversion_ms(edge.shape, source, target)
-    return total
+            source = problem.options[edge.producer][choices[edge.producer]].layout if edge.producer >= 0 else None
+            if source is not None and source != target:
+                key = pair_key(source, target)
+                totals[key] = totals.get(key, 0.0) + table.conversion_ms(edge.shape, source, target, scaled=False)
+    return totals
 
 
 def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE) -> Candidate:
@@ -406,7 +425,8 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
 def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],
            feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig, progress: Listener,
            deadline: float | None = None) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
-    """Learn the boundary scale from a first, short measurement of the plans; solve again with it.
+    """Learn the boundary factors (per pair of libraries) from a first, short measurement of the plans; solve
+    again with them.
 
     The plans found on the corrected table join the candidates (labelled "(refined)"), so the final
     measurement compares the first and the refined answers side by side. ``deadline``: the probe is fitted to
@@ -422,11 +442,14 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds, settle=settle)
     then = problem.table.notes.get("ort_native_ms")
     drift = stats["ort native"].median_ms / then if then else 1.0
-    scale = fit_boundary_scale(problem, candidates, drift)
-    if scale > problem.table.boundary_scale * 1.05:
-        progress(Event("layer", f"boundaries between libraries cost x{scale:.2f} the table's estimate: solving "
+    scales = fit_boundary_scales(problem, candidates, drift)
+    moved = {pair: scale for pair, scale in scales.items()
+             if abs(scale / problem.table.boundary_scale(*pair.split("|")) - 1) > 0.05}  # fmt: skip
+    if moved:
+        said = ", ".join(f"x{scale:.2f} between {pair.replace('|', ' and ')}" for pair, scale in sorted(moved.items()))
+        progress(Event("layer", f"boundaries between libraries cost {said} the table's standalone estimate: solving "
                        "again"))  # fmt: skip
-        problem.table.boundary_scale = scale
+        problem.table.boundary_scales = scales
         problem = SelectionProblem(problem.table)
         result = solver.solve(problem, seed)
         refined = [(f"{agent} (refined)", result.plan), ("exact (refined)", exact(problem).plan)]

@@ -44,6 +44,11 @@ def shape_key(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
 
 
+def pair_key(source: str, target: str) -> str:
+    """Two domains as one key, whichever way a tensor crosses between them: ``openvino|ort``."""
+    return "|".join(sorted((source, target)))
+
+
 @dataclass
 class LookupTable:
     """Measured milliseconds: per layer and primitive, and per conversion and tensor shape."""
@@ -62,22 +67,30 @@ class LookupTable:
     default: str = "ort:basic"
     #: how the table was made (calibration, raw measurements), for reports
     notes: dict = field(default_factory=dict)
-    #: factor on the cost of crossing between two non-host domains, learned from measured plans
-    boundary_scale: float = 1.0
+    #: factors on the cost of crossing between two non-host domains, per pair (:func:`pair_key`; 1 when absent),
+    #: learned from measured plans
+    boundary_scales: dict[str, float] = field(default_factory=dict)
 
-    def conversion_ms(self, shape: tuple[int, ...], source: str, target: str) -> float:
-        """What crossing from ``source`` to ``target`` costs for a tensor of ``shape`` (0 when not measured)."""
+    def conversion_ms(self, shape: tuple[int, ...], source: str, target: str, scaled: bool = True) -> float:
+        """What crossing from ``source`` to ``target`` costs for a tensor of ``shape`` (0 when not measured);
+        ``scaled=False``: as measured, before the learned factor of a library-to-library crossing."""
         if source == target:
             return 0.0
         cost = self.conversions.get(shape_key(shape), {}).get(f"{source}->{target}", 0.0)
-        return cost if self.host in (source, target) else cost * self.boundary_scale
+        return cost if not scaled or self.host in (source, target) else cost * self.boundary_scale(source, target)
+
+    def boundary_scale(self, source: str, target: str) -> float:
+        """The learned factor on crossings between ``source`` and ``target`` (either way)."""
+        return self.boundary_scales.get(pair_key(source, target), 1.0)
 
     def to_json(self) -> dict:
         return asdict(self) | {"version": TABLE_VERSION, "edges": [asdict(edge) for edge in self.edges]}
 
     @classmethod
     def from_json(cls, data: dict) -> LookupTable:
-        data = {k: v for k, v in data.items() if k != "version"}
+        # "boundary_scale" (one factor for every pair) was written before the per-pair factors: not carried over,
+        # the next measured plans fit the pairs again
+        data = {k: v for k, v in data.items() if k not in ("version", "boundary_scale")}
         data["edges"] = [Edge(e["producer"], e["consumer"], e["value"], tuple(e["shape"])) for e in data["edges"]]
         return cls(**data)
 

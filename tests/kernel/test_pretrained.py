@@ -18,10 +18,11 @@ from rlcompile.kernel.pretrained import FEATURE_NAMES, Dataset, PortableFeatures
 from rlcompile.kernel.pretrained import resolve as resolve_cost_model
 from rlcompile.kernel.pretrained.features import column
 from rlcompile.kernel.space import KnobSpace
-from rlcompile.kernel.tasks import Task
+from rlcompile.kernel.tasks import Task, vector_block
 from rlcompile.kernel.tuner import Tuner
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.machine import isa_class
+from rlcompile.tvm_bridge import resolve_target, target_isa
 from tests.kernel.conftest import DEPTHWISE_CONV, SMALL_CONV, copy_work_dir, make_task, matmul_module, tune_context
 
 
@@ -83,7 +84,7 @@ def test_model_file_round_trips_and_refuses_another_isa_or_another_file(small_mo
     document = json.loads(path.read_text())
     foreign = "avx2" if isa_class() != "avx2" else "avx512"
     (tmp_path / "foreign.json").write_text(json.dumps(document | {"isa": foreign}))
-    with pytest.raises(RlcompileError, match=f"trained on {foreign} CPUs, this one is {isa_class()}"):
+    with pytest.raises(RlcompileError, match=f"trained on {foreign} kernels, this run makes {isa_class()} ones"):
         resolve_cost_model(str(tmp_path / "foreign.json"))
     (tmp_path / "old.json").write_text(json.dumps(document | {"feature_version": 0}))
     with pytest.raises(RlcompileError, match="features v0"):
@@ -91,6 +92,25 @@ def test_model_file_round_trips_and_refuses_another_isa_or_another_file(small_mo
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(RlcompileError, match="not an rlcompile cost model"):
         PretrainedModel.load(tmp_path / "other.json")
+
+
+AVX2_TARGET = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+
+
+@pytest.mark.skipif(isa_class() == "generic", reason="needs an x86 CPU with AVX2")
+def test_an_avx2_target_makes_avx2_records_and_takes_the_avx2_prior_on_any_avx2_cpu(source_dir, target,
+                                                                                     tmp_path) -> None:  # fmt: skip
+    avx2 = resolve_target(AVX2_TARGET)
+    assert target_isa(avx2) == "avx2" and target_isa(target) == isa_class() and vector_block(avx2) == 8
+    assert target_isa(target, frozenset({"avx2", "fma"})) == "avx2"  # bounded by the CPU that runs the kernels
+    copy_work_dir(source_dir, tmp_path / "avx2-records", target=AVX2_TARGET)
+    assert Dataset.from_work_dirs([tmp_path / "avx2-records"], avx2).isa == "avx2"
+    if isa_class() == "avx512":
+        assert Dataset.from_work_dirs([source_dir], target).isa == "avx512"
+        with pytest.raises(RlcompileError, match="trained on avx512 kernels, this run makes avx2 ones"):
+            resolve_cost_model(str(packaged_path("avx512")), isa="avx2")
+    if packaged_path("avx2").exists():
+        assert resolve_cost_model("default", isa="avx2").isa == "avx2"
 
 
 def test_packaged_model_of_this_isa_class_loads_when_one_ships() -> None:

@@ -171,26 +171,36 @@ def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_no
     assert all({"ort->openvino", "openvino->ort"} <= set(entry) for entry in table.conversions.values())
 
 
-def test_measured_mixed_plans_teach_the_table_what_a_switch_costs():
+def test_measured_mixed_plans_teach_the_table_what_a_switch_costs_per_pair_of_libraries():
     from rlcompile.layer.problem import SelectionProblem, exact
-    from rlcompile.layer.selection import fit_boundary_scale
+    from rlcompile.layer.selection import fit_boundary_scales
     from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 
-    # two groups in a chain; "b" is 0.5 ms faster on the second, and the table thinks a switch costs 0.1 ms
-    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
-    conversions = {"1x8": {"a->b": 0.1, "b->a": 0.1}}
-    table = LookupTable("toy", ["g1", "g2"], {"g1": {"a": 1.0, "b": 2.0}, "g2": {"a": 1.0, "b": 0.5}},
-                        {"a": "a", "b": "b"}, edges, conversions, host="host", default="a")  # fmt: skip
+    # three groups in a chain; "b" is 0.5 ms faster on the second, "c" on the third; the table thinks a switch costs
+    # 0.1 ms between any two libraries
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", "g3", "y2", (1, 8)),
+             Edge("g3", SINK, "z", (1, 8))]  # fmt: skip
+    conversions = {"1x8": {f"{s}->{t}": 0.1 for s in "abc" for t in "abc" if s != t}}
+    table = LookupTable("toy", ["g1", "g2", "g3"],
+                        {"g1": {"a": 1.0, "b": 2.0, "c": 2.0}, "g2": {"a": 1.0, "b": 0.5, "c": 2.0},
+                         "g3": {"a": 1.0, "b": 2.0, "c": 0.5}},
+                        {"a": "a", "b": "b", "c": "c"}, edges, conversions, host="host", default="a")  # fmt: skip
     problem = SelectionProblem(table)
-    assert problem.names(exact(problem).plan) == {"g1": "a", "g2": "b"}
-    mixed = Candidate(["exact"], ["a", "b"], 1.6, measured=summarize([2.3]))  # the switch really cost 0.8 ms
-    scale = fit_boundary_scale(problem, [mixed], drift=1.0)
-    assert scale == pytest.approx(8.0)
-    table.boundary_scale = scale
+    assert problem.names(exact(problem).plan) == {"g1": "a", "g2": "b", "g3": "c"}
+    # measured: a switch between a and b really costs 0.8 ms; between a and c what the table says
+    ab = Candidate(["ab"], ["a", "b", "a"], 2.7, measured=summarize([2.5 + 2 * 0.8]))  # two switches
+    ac = Candidate(["ac"], ["a", "a", "c"], 2.6, measured=summarize([2.6]))
+    single = Candidate(["single"], ["a", "a", "a"], 3.0, measured=summarize([3.0]))
+    scales = fit_boundary_scales(problem, [ab, ac, single], drift=1.0)  # single-library plans teach nothing
+    assert scales["a|b"] == pytest.approx(8.0, rel=0.01) and scales["a|c"] == pytest.approx(1.0, abs=0.01)
+    assert "b|c" not in scales  # no measured plan crossed it: it keeps the table's estimate
+    table.boundary_scales = scales
     refined = SelectionProblem(table)
-    assert refined.names(exact(refined).plan) == {"g1": "a", "g2": "a"}
-    single = Candidate(["single"], ["a", "a"], 2.0, measured=summarize([2.0]))
-    assert fit_boundary_scale(refined, [single], 1.0) == scale  # single-library plans teach nothing about switches
+    assert refined.names(exact(refined).plan) == {"g1": "a", "g2": "a", "g3": "c"}
+    assert refined.total(refined.choices(ab.assignment)) == pytest.approx(4.1, rel=0.01)
+    assert fit_boundary_scales(refined, [single], 1.0) == scales
+    cheap = Candidate(["ac"], ["a", "a", "c"], 2.6, measured=summarize([2.45]))  # cheaper than standalone: down
+    assert fit_boundary_scales(SelectionProblem(table), [cheap], 1.0)["a|c"] == pytest.approx(0.5, abs=0.01)
 
 
 def test_the_original_model_run_whole_by_each_runtime_is_always_a_candidate(selection):

@@ -79,7 +79,7 @@ class Dataset:
     def from_work_dirs(cls, directories: Sequence[Path], target) -> Dataset:
         """Every measured task of every directory; all must share one vector-ISA class."""
         signatures = {str(d): work_dir_signature(Path(d)) for d in directories}
-        classes = {isa_class_of_signature(s) for s in signatures.values()}
+        classes = {work_dir_isa(Path(d)) for d in directories}
         if len(classes) > 1:
             raise RlcompileError(f"the work directories mix vector-ISA classes ({', '.join(sorted(classes))}); "
                                  "train one model per class")  # fmt: skip
@@ -99,6 +99,18 @@ def work_dir_signature(directory: Path) -> str:
         raise RlcompileError(f"{directory}: not a tuning work directory with measurements")
     recorded = json.loads(path.read_text())
     return recorded.get("cpu_signature") or recorded.get("recorded", {}).get("cpu_signature", "")
+
+
+def work_dir_isa(directory: Path) -> str:
+    """The vector-ISA class of the kernels a work directory measured: its target's (a Zen 4 tuning for
+    ``{"kind": "llvm", "mcpu": "znver3"}`` measured AVX2 kernels), bounded by the CPU it ran on."""
+    signature = work_dir_signature(directory)
+    target = json.loads((directory / "environment.json").read_text()).get("target", "llvm")
+    if target == "llvm":
+        return isa_class_of_signature(signature)
+    from rlcompile.tvm_bridge import resolve_target, target_isa
+
+    return target_isa(resolve_target(target), frozenset(signature.split()))
 
 
 def source_tasks(directory: Path, target) -> Iterator[SourceTask]:

@@ -95,11 +95,12 @@ class PretrainedModel:
         return cls(booster, document["isa"], document["samples"], document["tasks"], document.get("sources", []),
                    document.get("cpu_signatures", []), str(path))  # fmt: skip
 
-    def check_isa(self) -> None:
-        """Refuse a model of another vector-ISA class than this CPU's."""
-        if self.isa != (wanted := isa_class()):
-            raise RlcompileError(f"--cost-model {self.path or self.name} was trained on {self.isa} CPUs, this one is "
-                                 f"{wanted}: use a model of its class or --cost-model none")  # fmt: skip
+    def check_isa(self, wanted: str | None = None) -> None:
+        """Refuse a model of another vector-ISA class than ``wanted`` (the target's; this CPU's when None)."""
+        wanted = wanted or isa_class()
+        if self.isa != wanted:
+            raise RlcompileError(f"--cost-model {self.path or self.name} was trained on {self.isa} kernels, this "
+                                 f"run makes {wanted} ones: use a model of its class or --cost-model none")  # fmt: skip
 
 
 @dataclass
@@ -130,17 +131,18 @@ def packaged_path(isa: str | None = None) -> Path:
     return PACKAGED / f"{isa or isa_class()}.json"
 
 
-def resolve(spec: str | None, remote: bool = False) -> PretrainedModel | None:
-    """``--cost-model``: ``default`` (the packaged model of this CPU's class; none when there is none, or when
-    measuring on a remote device whose class is not known here), ``none`` (cold), or a model file's path."""
+def resolve(spec: str | None, remote: bool = False, isa: str | None = None) -> PretrainedModel | None:
+    """``--cost-model``: ``default`` (the packaged model of the target's class, ``isa``, this CPU's when None;
+    none when there is none, or when measuring on a remote device whose class is not known here), ``none``
+    (cold), or a model file's path, refused when it was trained on another class."""
     if spec in (None, "", "none"):
         return None
     if spec == "default":
-        path = packaged_path()
+        path = packaged_path(isa)
         if remote or not path.exists():
             return None
         spec = str(path)
     model = PretrainedModel.load(Path(spec))
     if not remote:
-        model.check_isa()
+        model.check_isa(isa)
     return model
