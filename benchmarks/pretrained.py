@@ -2,6 +2,7 @@
 
     python benchmarks/pretrained.py gather [--out results/pretrained] [--target TVM_TARGET]
     python benchmarks/pretrained.py lomo [--models resnet18,...] [--strategy sa] [--seeds 0,1,2] [--trials 48]
+                                         [--target TVM_TARGET] [--arms cold,warm,pretrained]
     python benchmarks/pretrained.py ship [--out results/pretrained]
     python benchmarks/pretrained.py report          # the table (and pooled ratios) of the saved runs
     python benchmarks/pretrained.py e2e [--models resnet18,mobilenet_v2] [--minutes 10,20] [--strategy chameleon]
@@ -84,7 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("results/pretrained"))
-    parser.add_argument("--target", default="llvm", help="gather, ship: the TVM target the records are made for, e.g. "
+    parser.add_argument("--target", default="llvm", help="gather, ship, lomo: the TVM target the records are for, e.g. "
                         '\'{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}\' for AVX2 kernels on an AVX-512 '
                         "CPU (the shipped model is of the target's vector-ISA class)")  # fmt: skip
     parser.add_argument("--minutes", default="10,20", help="e2e: tuning checkpoints, in minutes of wall time")
@@ -155,7 +156,7 @@ def goals(directory: Path) -> dict[str, dict]:
 def lomo(args: argparse.Namespace) -> None:
     from rlcompile.kernel.api import load_tasks
 
-    _, seeds, measurer = setup(args.out, args.strategy, args.seeds)
+    _, seeds, measurer = setup(args.out, args.strategy, args.seeds, args.target)
     target = measurer.target
     rows = dataset(args.out, target)
     path = args.out / "pretrained.json"
@@ -170,7 +171,7 @@ def lomo(args: argparse.Namespace) -> None:
                                    for t in {e["task"] for e in read_journal(d / "measurements.jsonl")}}  # fmt: skip
         training = held_out_rows(rows, model, held_out)
         pretrained = train(training)
-        warm = WarmStart.load(others, target, "llvm") if "warm" in arms else None
+        warm = WarmStart.load(others, target, args.target) if "warm" in arms else None
         console.log(f"{model}: trained without it on {len(training)} measurements of {len(set(training.tasks))} "
                     f"tasks; warm start {warm.samples if warm else 0} measurements")  # fmt: skip
         tasks = {t.workload_key: t for t in load_tasks(model, target, cache=reference / "tasks.json")[1]}
@@ -187,7 +188,8 @@ def lomo(args: argparse.Namespace) -> None:
                     run = run_strategy([task], args.strategy, seed, args.trials, args.batch_size, work, measurer,
                                        lambda m, tag=f"{model} {task.label[:40]} {arm}": console.log(f"{tag} {m}"),
                                        warm_start=warm if arm == "warm" else None,
-                                       pretrained=pretrained if arm == "pretrained" else None)  # fmt: skip
+                                       pretrained=pretrained if arm == "pretrained" else None,
+                                       target=args.target)  # fmt: skip
                     entry["runs"].append(summarise(run, arm, goal["best_ms"] * WITHIN, args.batch_size))
                     payload = {"benchmark": "pretrained", "args": {k: str(v) for k, v in vars(args).items()},
                                "environment": environment(), "pooled": pooled(results, args.trials),

@@ -24,13 +24,14 @@ from rlcompile.kernel.workdir import WorkDir, read_journal
 WITHIN = 1.05
 
 
-def setup(out: Path, specs: str, seeds: str) -> tuple[list[str], list[int], Measurer]:
+def setup(out: Path, specs: str, seeds: str, target: str = "llvm") -> tuple[list[str], list[int], Measurer]:
     """What every kernel benchmark starts with: the output folder, the strategy specs and seeds from their
-    comma-separated flags, one measurer for the local CPU, and TVM's one-off costs already paid."""
+    comma-separated flags, one measurer for the local CPU (kernels for ``target``, this CPU by default), and
+    TVM's one-off costs already paid."""
     from rlcompile.tvm_bridge import resolve_target
 
     out.mkdir(parents=True, exist_ok=True)
-    measurer = Measurer(resolve_target("llvm"))
+    measurer = Measurer(resolve_target(target))
     warm_up()
     return [s for s in specs.split(",") if s], [int(s) for s in seeds.split(",") if s], measurer
 
@@ -43,9 +44,11 @@ def warm_up() -> None:
 
 def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch_size: int, work_dir: Path,
                  measurer: Measurer, log: Callable[[str], None] = print, scheduler: str = "round-robin",
-                 warm_start: WarmStart | None = None, pretrained: PretrainedModel | None = None) -> dict:  # fmt: skip
+                 warm_start: WarmStart | None = None, pretrained: PretrainedModel | None = None,
+                 target: str = "llvm") -> dict:  # fmt: skip
     """Tune ``tasks`` from scratch with strategy ``spec`` (e.g. ``sa+adaptive``); return the summary.
 
+    ``target``: the measurer's target as the user wrote it (the work directory records it).
     ``scheduler``: round-robin by default, so that every strategy gets the same budget per task and the
     comparison is between searches, not between allocations driven by what each search found. Cold unless a
     ``pretrained`` prior is given (the benchmarks compare searches from the same starting point).
@@ -54,7 +57,7 @@ def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch
     name, options = strategies.parse_spec(spec)
     started = time.perf_counter()
     make = functools.partial(strategies.create, name, seed=seed, **options)
-    states = Tuner(tasks, make, WorkDir(work_dir, "llvm"), measurer, trials=trials, batch_size=batch_size,
+    states = Tuner(tasks, make, WorkDir(work_dir, target), measurer, trials=trials, batch_size=batch_size,
                    seed=seed, scheduler=scheduler, warm_start=warm_start, pretrained=pretrained).run()  # fmt: skip
     summary = {
         "strategy": spec,
