@@ -497,19 +497,39 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
         contenders.append(Contender(NATIVE, native.timer(feeds)))
     standings = run_contest(contenders, timing, MIN_ROUNDS if late else DECISION_ROUNDS)
     measured = {name: standings.median(name) for name in plans}
-    factors: dict[str, float] = {}
-    for library, plan in plans.items():
-        problem = SelectionProblem(table)
-        choices = problem.choices(plan)
-        pairs = list(zip(table.layers, plan, strict=True))
-        boundaries = problem.total(choices) - sum(table.options[name][lib] for name, lib in pairs)
-        others = sum(table.options[name][lib] for name, lib in pairs if lib != library)
-        own = sum(estimated[name][library] for name, lib in pairs if lib == library)
-        factor = (measured[library] - boundaries - others) / own if own > 0 else 1.0
-        factors[library] = float(np.clip(factor, *FACTOR_RANGE))
-        for name in table.layers:
-            if library in table.options[name]:
-                table.options[name][library] = estimated[name][library] * factors[library]
-    table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": factors,
+    table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": {},
                    "single_library_ms": measured,
                    "ort_native_ms": standings.median(NATIVE) if grouped.original is not None else None}  # fmt: skip
+    fit_library_factors(table, plans, measured)
+
+
+def fit_library_factors(table: LookupTable, plans: Mapping[str, Sequence[str]], measured: Mapping[str, float],
+                        ) -> dict[str, float]:  # fmt: skip
+    """Scale each library's group times so that the table predicts its single-library plan's ``measured``
+    milliseconds (at the table's speed); returns the factors applied now.
+
+    ``plans``: each library's single-library plan, the default library first (the others' plans fall back to it).
+    The factors multiply what the table holds, and their product since the in-context estimates
+    (``notes["context_factor"]``, updated) stays within :data:`FACTOR_RANGE`: the calibration applies them
+    first, the refining probe's longer contest again when the calibration ran late.
+    """
+    cumulative = table.notes.setdefault("context_factor", {})
+    applied: dict[str, float] = {}
+    for library, plan in plans.items():
+        if library not in measured:
+            continue
+        problem = SelectionProblem(table)
+        pairs = list(zip(table.layers, plan, strict=True))
+        groups = sum(table.options[name][lib] for name, lib in pairs)
+        boundaries = problem.total(problem.choices(plan)) - groups
+        others = sum(table.options[name][lib] for name, lib in pairs if lib != library)
+        own = groups - others
+        before = cumulative.get(library, 1.0)
+        factor = (measured[library] - boundaries - others) / own if own > 0 else 1.0
+        factor = float(np.clip(factor, FACTOR_RANGE[0] / before, FACTOR_RANGE[1] / before))
+        for name in table.layers:
+            if library in table.options[name]:
+                table.options[name][library] *= factor
+        applied[library] = factor
+        cumulative[library] = before * factor
+    return applied

@@ -284,3 +284,27 @@ def test_a_fitted_boundary_follows_size_and_pools_the_pairs_never_measured():
     assert fitted["split:a"] == pytest.approx(2.0) and fitted["a->b"] == pytest.approx(3.0)
     assert fitted["b->c"] == pytest.approx(3.0)  # never measured: every hand-off measured, pooled
     assert spread_order(list(range(6))) == [0, 5, 2, 1, 3, 4]  # any prefix spans the sizes
+
+
+def test_a_late_calibration_is_corrected_by_the_probes_measurement_of_the_single_library_plans():
+    from rlcompile.layer.group_table import FACTOR_RANGE
+    from rlcompile.layer.problem import SelectionProblem
+    from rlcompile.layer.selection import late_calibration, recalibrate
+    from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
+    notes = {"cut_short": 1, "context_factor": {"a": 1.0, "b": 3.0}, "ort_native_ms": 9.0}
+    table = LookupTable("toy", ["g1", "g2"], {"g1": {"a": 1.0, "b": 1.0}, "g2": {"a": 1.0, "b": 1.0}},
+                        {"a": "a", "b": "b"}, edges, {}, host="host", default="a", notes=notes)  # fmt: skip
+    assert late_calibration(table) and not late_calibration(LookupTable("t", [], {}, {}, [], {}))
+    on_a = Candidate(["single:a"], ["a", "a"], 2.0, single=["a"], measured=summarize([4.0]))
+    on_b = Candidate(["single:b"], ["b", "b"], 2.0, single=["b"], measured=summarize([4.0]))
+    mixed = Candidate(["exact"], ["a", "b"], 2.0, measured=summarize([9.0]))  # teaches the boundaries, not factors
+    events: list[Event] = []
+    assert recalibrate(table, [mixed, on_b, on_a], ort_native_ms=4.5, progress=events.append)
+    problem = SelectionProblem(table)
+    assert problem.total(problem.choices(on_a.assignment)) == pytest.approx(4.0)  # the probe's measurement, x2
+    # b's factor would be x2 too, but its product with the calibration's 3.0 stays within the range: x4/3
+    assert table.notes["context_factor"] == {"a": pytest.approx(2.0), "b": pytest.approx(FACTOR_RANGE[1])}
+    assert table.notes["ort_native_ms"] == 4.5 and len(events) == 1
+    assert not recalibrate(table, [mixed], 4.5, events.append)  # no single-library plan measured: nothing to fit
