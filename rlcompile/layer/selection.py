@@ -285,7 +285,7 @@ def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], 
         equations.append((crossings, measured - (problem.total(choices) - scaled), measured))
     if not equations:
         return dict(table.boundary_scales)
-    pairs = sorted({pair for crossings, _, _ in equations for pair in crossings})
+    pairs = sorted({pair for crossings, _, _ in equations for pair, ms in crossings.items() if ms > 0})
     weights = np.array([1 / measured for _, _, measured in equations])
     matrix = np.array([[crossings.get(pair, 0.0) for pair in pairs] for crossings, _, _ in equations])
     matrix = matrix * weights[:, None]
