@@ -133,9 +133,9 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
     if not manifest.exists():
         return None
     selection = json.loads(manifest.read_text())["selection"]
-    drift = selection.get("drift") or 1.0
+    expected = selection.get("expected_ms", {})  # Selection.to_dict: by the candidate's labels
     return [{"labels": c["labels"], "segments": c.get("segments"), "library_mix": c.get("library_mix"),
-             "predicted_ms": c.get("predicted_ms"), "expected_ms": (c.get("predicted_ms") or math.nan) * drift,
+             "predicted_ms": c.get("predicted_ms"), "expected_ms": expected.get(", ".join(c["labels"])),
              "measured_ms": c.get("measured_ms")} for c in selection["candidates"]]  # fmt: skip
 
 

@@ -516,8 +516,6 @@ def fit_library_factors(table: LookupTable, plans: Mapping[str, Sequence[str]], 
     cumulative = table.notes.setdefault("context_factor", {})
     applied: dict[str, float] = {}
     for library, plan in plans.items():
-        if library not in measured:
-            continue
         problem = SelectionProblem(table)
         pairs = list(zip(table.layers, plan, strict=True))
         groups = sum(table.options[name][lib] for name, lib in pairs)

@@ -280,7 +280,7 @@ def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], 
         crossings = library_boundaries(problem, choices)
         if not any(crossings.values()):
             continue  # a one-library plan teaches nothing about switches
-        scaled = sum(table.boundary_scale(*pair.split("|")) * ms for pair, ms in crossings.items())
+        scaled = sum(table.boundary_scale(pair) * ms for pair, ms in crossings.items())
         measured = candidate.measured.median_ms / drift
         equations.append((crossings, measured - (problem.total(choices) - scaled), measured))
     if not equations:
@@ -290,7 +290,7 @@ def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], 
     matrix = np.array([[crossings.get(pair, 0.0) for pair in pairs] for crossings, _, _ in equations])
     matrix = matrix * weights[:, None]
     rhs = np.array([left for _, left, _ in equations]) * weights
-    current = np.array([table.boundary_scale(*pair.split("|")) for pair in pairs])
+    current = np.array([table.boundary_scale(pair) for pair in pairs])
     prior = np.diag(np.sqrt(BOUNDARY_PRIOR) * np.sqrt((matrix**2).mean(axis=0)))
     solution = np.linalg.lstsq(np.vstack([matrix, prior]), np.concatenate([rhs, prior @ current]), rcond=None)[0]
     fitted = np.clip(solution, *BOUNDARY_SCALE_RANGE)
@@ -447,7 +447,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     drift = stats["ort native"].median_ms / then if then else 1.0
     scales = fit_boundary_scales(problem, candidates, drift)
     moved = {pair: scale for pair, scale in scales.items()
-             if abs(scale / problem.table.boundary_scale(*pair.split("|")) - 1) > 0.05}  # fmt: skip
+             if abs(scale / problem.table.boundary_scale(pair) - 1) > 0.05}  # fmt: skip
     if moved:
         said = ", ".join(f"x{scale:.2f} between {pair.replace('|', ' and ')}" for pair, scale in sorted(moved.items()))
         progress(Event("layer", f"boundaries between libraries cost {said} the table's standalone estimate: solving "
@@ -480,10 +480,10 @@ def recalibrate(table: LookupTable, candidates: list[Candidate], ort_native_ms: 
     ordered = sorted(measured, key=lambda name: name != table.default)
     if not ordered:
         return False
-    applied = fit_library_factors(table, {name: measured[name].assignment for name in ordered},
-                                  {name: measured[name].measured.median_ms for name in ordered})  # fmt: skip
+    times = {name: measured[name].measured.median_ms for name in ordered}
+    applied = fit_library_factors(table, {name: measured[name].assignment for name in ordered}, times)
     table.notes["ort_native_ms"] = ort_native_ms
-    table.notes["single_library_ms"] = {name: measured[name].measured.median_ms for name in ordered}
+    table.notes["single_library_ms"] = times
     said = ", ".join(f"{name} x{factor:.2f}" for name, factor in applied.items())
     progress(Event("layer", f"the calibration ran late: its factors corrected by the probe's longer measurement "
                             f"({said})"))  # fmt: skip

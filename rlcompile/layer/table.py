@@ -77,11 +77,13 @@ class LookupTable:
         if source == target:
             return 0.0
         cost = self.conversions.get(shape_key(shape), {}).get(f"{source}->{target}", 0.0)
-        return cost if not scaled or self.host in (source, target) else cost * self.boundary_scale(source, target)
+        if not scaled or self.host in (source, target):
+            return cost
+        return cost * self.boundary_scale(pair_key(source, target))
 
-    def boundary_scale(self, source: str, target: str) -> float:
-        """The learned factor on crossings between ``source`` and ``target`` (either way)."""
-        return self.boundary_scales.get(pair_key(source, target), 1.0)
+    def boundary_scale(self, pair: str) -> float:
+        """The learned factor on crossings between the two domains of ``pair`` (:func:`pair_key`), either way."""
+        return self.boundary_scales.get(pair, 1.0)
 
     def to_json(self) -> dict:
         return asdict(self) | {"version": TABLE_VERSION, "edges": [asdict(edge) for edge in self.edges]}

@@ -79,7 +79,7 @@ class Dataset:
     def from_work_dirs(cls, directories: Sequence[Path], target) -> Dataset:
         """Every measured task of every directory; all must share one vector-ISA class."""
         signatures = {str(d): work_dir_signature(Path(d)) for d in directories}
-        classes = {work_dir_isa(Path(d)) for d in directories}
+        classes = {work_dir_isa(Path(d), signature) for d, signature in signatures.items()}
         if len(classes) > 1:
             raise RlcompileError(f"the work directories mix vector-ISA classes ({', '.join(sorted(classes))}); "
                                  "train one model per class")  # fmt: skip
@@ -101,10 +101,10 @@ def work_dir_signature(directory: Path) -> str:
     return recorded.get("cpu_signature") or recorded.get("recorded", {}).get("cpu_signature", "")
 
 
-def work_dir_isa(directory: Path) -> str:
+def work_dir_isa(directory: Path, signature: str) -> str:
     """The vector-ISA class of the kernels a work directory measured: its target's (a Zen 4 tuning for
-    ``{"kind": "llvm", "mcpu": "znver3"}`` measured AVX2 kernels), bounded by the CPU it ran on."""
-    signature = work_dir_signature(directory)
+    ``{"kind": "llvm", "mcpu": "znver3"}`` measured AVX2 kernels), bounded by the CPU it ran on
+    (``signature``, :func:`work_dir_signature`)."""
     target = json.loads((directory / "environment.json").read_text()).get("target", "llvm")
     if target == "llvm":
         return isa_class_of_signature(signature)
