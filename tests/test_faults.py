@@ -133,8 +133,9 @@ def test_optimize_killed_in_the_kernel_stage_resumes_it(tmp_path: Path):
     command = ["optimize", "lenet5", "-o", str(output), "--levels", "kernel,layer", "--budget", "32s",
                "--libraries", "ort,tvm"]  # fmt: skip
     first = start(*command)
-    wait_for(lambda: len(journal_lines(journal)) >= 16, first)
-    kill_at_random_moment(first, seed=4)
+    # the kernel stage's first batch: a slow machine measures only ~14 candidates in its 18 s share
+    wait_for(lambda: len(journal_lines(journal)) >= 4, first)
+    kill_at_random_moment(first, seed=4, at_most_s=1.0)
     kept = [line for line in journal_lines(journal) if line.endswith("}")]
     resumed = finish(*command)
     assert resumed.returncode == 0, resumed.stderr
