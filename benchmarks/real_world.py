@@ -136,15 +136,17 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
     expected = selection.get("expected_ms", {})  # Selection.to_dict: by the candidate's labels
     return [{"labels": c["labels"], "segments": c.get("segments"), "library_mix": c.get("library_mix"),
              "predicted_ms": c.get("predicted_ms"), "expected_ms": expected.get(", ".join(c["labels"])),
-             "measured_ms": c.get("measured_ms")} for c in selection["candidates"]]  # fmt: skip
+             "measured_ms": c.get("measured_ms"), "probed": c.get("probed")}
+            for c in selection["candidates"]]  # fmt: skip
 
 
-def predicted(plans: list[dict] | None) -> tuple[int, int, float | None]:
+def predicted(plans: list[dict] | None, probed: bool | None = None) -> tuple[int, int, float | None]:
     """(plans within :data:`PREDICTION_BAND` of their measurement, plans with a prediction, the worst ratio of
-    measured to predicted), the prediction at the final contest's speed where the run recorded it."""
+    measured to predicted), the prediction at the final contest's speed where the run recorded it. ``probed``:
+    only the plans the refining probe measured (in sample: the table was corrected on them), or only the others."""
     ratios = [plan["measured_ms"] / prediction for plan in plans or []
               if plan.get("measured_ms") and (prediction := plan.get("expected_ms") or plan.get("predicted_ms"))
-              and math.isfinite(prediction)]  # fmt: skip
+              and math.isfinite(prediction) and (probed is None or bool(plan.get("probed")) == probed)]  # fmt: skip
     worst = max(ratios, key=lambda ratio: abs(math.log(ratio))) if ratios else None
     return sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in ratios), len(ratios), worst
 
@@ -211,9 +213,13 @@ def markdown_summary(saved: dict) -> str:
         prediction = f"{within}/{priced} | {worst:.2f}" if worst is not None else " | "
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} | "
                      f"{prediction} |")  # fmt: skip
-    counts = [predicted(row.get("plans")) for key, row in saved.items() if key.endswith("/select")]
-    lines += ["", f"The lookup table's predictions: {sum(c[0] for c in counts)} of {sum(c[1] for c in counts)} plans "
-              f"that `select` measured are within {PREDICTION_BAND:.0%} of their measurement."]
+    plans = [row.get("plans") for key, row in saved.items() if key.endswith("/select")]
+    tally = {kind: [predicted(one, probed) for one in plans] for kind, probed in
+             (("all", None), ("probed", True), ("unprobed", False))}  # fmt: skip
+    within, priced = ({kind: sum(c[index] for c in counts) for kind, counts in tally.items()} for index in (0, 1))
+    lines += ["", f"The lookup table's predictions: {within['all']} of {priced['all']} plans that `select` measured "
+              f"are within {PREDICTION_BAND:.0%} of their measurement ({within['probed']} of {priced['probed']} that "
+              f"the refining probe measured first, {within['unprobed']} of {priced['unprobed']} it did not)."]
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]

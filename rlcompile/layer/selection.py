@@ -32,6 +32,7 @@ from rlcompile.layer.group_table import (
     single_library_plan,
     table_file,
 )
+from rlcompile.layer.in_context import TimedSegment, apply_group_prices, fit_group_prices
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
@@ -100,6 +101,10 @@ class Candidate:
     #: a plan below fp32: the accuracy contract it met, and the held-out samples to check it again on
     accuracy: AccuracyRecord | None = None
     validation: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    #: the refining probe measured this plan, and corrected the table on it: its prediction is in sample
+    probed: bool = False
+    #: each segment's median milliseconds inside the plan's runs, when the probe timed them
+    segment_ms: list[float] | None = None
 
     @property
     def segments(self) -> int:
@@ -121,6 +126,8 @@ class Candidate:
             "agreement": self.agreement.to_dict() if self.agreement else None,
             "error": self.error,
             "accuracy": self.accuracy.to_json() if self.accuracy else None,
+            "probed": self.probed,
+            "segment_ms": self.segment_ms,
         }
 
 
@@ -426,8 +433,12 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
 def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],
            feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig, progress: Listener,
            deadline: float | None = None) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
-    """Learn the boundary factors (per pair of libraries) from a first, short measurement of the plans; solve
-    again with them.
+    """Learn from a first, short measurement of the plans (the probe); solve again on what it taught.
+
+    It teaches the boundary factors (per pair of libraries, :func:`fit_boundary_scales`), then, from each
+    segment timed inside its plan's runs, the in-context price of the groups the plans put in each library
+    (:mod:`rlcompile.layer.in_context`): the solver's own picks are re-priced where it picked them. A late
+    calibration is redone on the probe first (:func:`recalibrate`).
 
     The plans found on the corrected table join the candidates (labelled "(refined)"), so the final
     measurement compares the first and the refined answers side by side. ``deadline``: the probe is fitted to
@@ -440,9 +451,12 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
         runnable = sum(c.engine is not None and c.error is None for c in candidates)
         probe = contest.fit_within(probe, runnable + 1, deadline - time.monotonic())
         settle = Settle(max_batches=1, deadline=deadline)
-    stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds, settle=settle)
+    stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds, settle=settle,
+                                 clocked=True)  # fmt: skip
     recalibrated = late_calibration(problem.table) and recalibrate(problem.table, candidates,
                                                                     stats["ort native"].median_ms, progress)
+    if recalibrated:
+        problem = SelectionProblem(problem.table)
     then = problem.table.notes.get("ort_native_ms")
     drift = stats["ort native"].median_ms / then if then else 1.0
     scales = fit_boundary_scales(problem, candidates, drift)
@@ -450,17 +464,39 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
              if abs(scale / problem.table.boundary_scale(pair) - 1) > 0.05}  # fmt: skip
     if moved:
         said = ", ".join(f"x{scale:.2f} between {pair.replace('|', ' and ')}" for pair, scale in sorted(moved.items()))
-        progress(Event("layer", f"boundaries between libraries cost {said} the table's standalone estimate: solving "
-                       "again"))  # fmt: skip
+        progress(Event("layer", f"boundaries between libraries cost {said} the table's standalone estimate"))
         problem.table.boundary_scales = scales
-    if moved or recalibrated:
-        problem = SelectionProblem(problem.table)
+    problem = SelectionProblem(problem.table)
+    priced = price_in_context(problem, candidates, drift, progress)
+    if moved or recalibrated or priced:
+        problem = apply_group_prices(problem, priced)
+        progress(Event("layer", "solving again on the corrected table"))
         result = solver.solve(problem, seed)
         refined = [(f"{agent} (refined)", result.plan), ("exact (refined)", exact(problem).plan)]
         candidates[:] = candidate_plans(problem, refined, candidates)
     for candidate in candidates:
+        candidate.probed = candidate.probed or candidate.measured is not None
         candidate.measured = None
     return problem, result
+
+
+def price_in_context(problem: SelectionProblem, candidates: list[Candidate], drift: float,
+                     progress: Listener) -> dict[str, dict[str, float]]:  # fmt: skip
+    """The group prices the probe's segment clocks correct (:func:`~rlcompile.layer.in_context.fit_group_prices`),
+    over every plan of more than one segment it timed; said in an event."""
+    plans = []
+    for candidate in candidates:
+        if candidate.segment_ms is None or candidate.segments < 2:
+            continue  # a one-segment plan is the calibration's own measurement: its factor is the library's
+        segments = [TimedSegment(item.segment.library, tuple(item.segment.groups), ms)
+                    for item, ms in zip(candidate.engine.compiled, candidate.segment_ms, strict=True)]  # fmt: skip
+        plans.append((candidate.assignment, segments))
+    factors = fit_group_prices(problem, plans, drift)
+    if factors:
+        values = [factor for by_library in factors.values() for factor in by_library.values()]
+        progress(Event("layer", f"{len(values)} group price(s) corrected by the segments timed in {len(plans)} "
+                                f"plan(s): x{min(values):.2f}-x{max(values):.2f} the table's estimate"))  # fmt: skip
+    return factors
 
 
 def late_calibration(table: LookupTable) -> bool:
@@ -512,10 +548,11 @@ def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], creat
 
 def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callable], timing: MeasureConfig,
                          feeds: dict[str, np.ndarray], native_proto: onnx.ModelProto | None = None,
-                         settle: Settle | None = None,
-                         progress: Listener = ignore) -> Standings:  # fmt: skip
-    """One contest between the runnable candidates and the native runs; fills ``candidate.measured``, and
-    returns the standings (the native runs under their names).
+                         settle: Settle | None = None, progress: Listener = ignore,
+                         clocked: bool = False) -> Standings:  # fmt: skip
+    """One contest between the runnable candidates and the native runs; fills ``candidate.measured`` (and, when
+    ``clocked``, ``candidate.segment_ms``: each segment's median inside those runs), and returns the standings
+    (the native runs under their names).
 
     The twins are the native runs' identical sessions and every one-segment candidate that runs
     ``native_proto`` (the model the native runs run) in a library that is also run natively; ``settle``
@@ -524,13 +561,17 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
     # the twins run first and ORT native last in the first round, so their ratio spans the round
     probes = [Contender(name, call, twin_of=PROBES[name]) for name, call in natives.items() if name in PROBES]
-    plans = [Contender(f"plan {index}", lambda c=c: c.engine.run(feeds), native_twin(c, native_proto, natives),
-                       c.segments) for index, c in enumerate(runnable)]  # fmt: skip
+    clocks = [[[] for _ in c.engine.compiled] if clocked else None for c in runnable]
+    plans = [Contender(f"plan {index}", lambda c=c, clock=clock: c.engine.run(feeds, clock),
+                       native_twin(c, native_proto, natives), c.segments)
+             for index, (c, clock) in enumerate(zip(runnable, clocks, strict=True))]  # fmt: skip
     others = [Contender(name, call) for name, call in natives.items() if name not in PROBES]
     standings = run_contest([*probes, *plans, *others], spread_over(timing, ROUNDS), ROUNDS, settle)
     report_noise(standings, progress)
-    for candidate, contender in zip(runnable, plans, strict=True):
+    for candidate, contender, clock in zip(runnable, plans, clocks, strict=True):
         candidate.measured = standings[contender.label]
+        if clock is not None:
+            candidate.segment_ms = [1e3 * float(np.median(seconds)) for seconds in clock]
     return standings
 
 

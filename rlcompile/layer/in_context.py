@@ -1,0 +1,89 @@
+"""Group prices corrected in context: each segment of a measured plan, timed inside the plan's run.
+
+The table prices a fusion group in a library from its standalone time, scaled by one factor per library
+(the calibration) and, between libraries, by one factor per pair of libraries (the refining probe). What a
+solver picks is where those estimates are most wrong in its favour (the optimiser's curse): a group the table
+prices too cheaply in a library attracts the plan. The refining probe therefore times every segment of the
+plans it runs, inside those runs (:meth:`~rlcompile.layer.segments.SegmentEngine.run` with a clock), and
+corrects the prices of exactly the groups those segments hold, in exactly the library that ran them: a
+segment that took twice what the table says makes its groups twice as dear, the boundaries left as fitted.
+The plans solved on the corrected table then stand or fall by the final measurement, side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcompile.layer.problem import SelectionProblem
+
+#: A segment's correction of its groups' prices stays within this range.
+SEGMENT_FACTOR_RANGE = (0.25, 4.0)
+#: Corrections closer to 1 than this are within the probe's noise and not applied.
+SEGMENT_FACTOR_DEADBAND = 0.03
+
+
+@dataclass(frozen=True)
+class TimedSegment:
+    """One segment of a measured plan: its library, its groups (table indices) and its median time in context."""
+
+    library: str
+    groups: tuple[int, ...]
+    ms: float
+
+
+def segment_predictions(problem: SelectionProblem, choices: Sequence[int],
+                        segments: Sequence[TimedSegment]) -> list[tuple[float, float]]:  # fmt: skip
+    """Per segment, what the table says it costs: (its groups' own times, the crossings into it and out to the
+    caller). Each crossing is charged to the segment that receives the value, as the segment's clock sees it."""
+    layout_of: dict[int, str] = {}
+    steps = []
+    for layer, choice in enumerate(choices):
+        steps.append((problem.options[layer][choice].ms, problem.step_cost(layer, choice, layout_of)))
+        layout_of[layer] = problem.options[layer][choice].layout
+    result = []
+    for segment in segments:
+        own = sum(steps[k][0] for k in segment.groups)
+        result.append((own, sum(steps[k][1] for k in segment.groups) - own))
+    return result
+
+
+def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[str], Sequence[TimedSegment]]],
+                     drift: float = 1.0) -> dict[str, dict[str, float]]:  # fmt: skip
+    """The factors on (group, library) prices that make the table predict each timed segment.
+
+    ``plans``: each measured plan's assignment (a library per group) and its segments timed in context;
+    ``drift``: how much slower the machine ran during that measurement than at the table's calibration. A
+    segment's factor is what its groups must cost for the segment to cost its measurement, the crossings
+    charged to it kept; a group in several timed segments of its library takes their geometric mean. Factors
+    within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped. Returns ``{group: {library: factor}}``.
+    """
+    collected: dict[tuple[int, str], list[float]] = {}
+    for assignment, segments in plans:
+        choices = problem.choices(assignment)
+        for segment, (own, crossings) in zip(segments, segment_predictions(problem, choices, segments), strict=True):
+            if own <= 0 or not np.isfinite(segment.ms):
+                continue
+            factor = float(np.clip((segment.ms / drift - crossings) / own, *SEGMENT_FACTOR_RANGE))
+            for k in segment.groups:
+                collected.setdefault((k, segment.library), []).append(factor)
+    factors: dict[str, dict[str, float]] = {}
+    for (k, library), values in sorted(collected.items()):
+        factor = float(np.exp(np.mean(np.log(values))))
+        if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
+            factors.setdefault(problem.table.layers[k], {})[library] = factor
+    return factors
+
+
+def apply_group_prices(problem: SelectionProblem, factors: dict[str, dict[str, float]]) -> SelectionProblem:
+    """Scale the table's prices by ``factors`` (recorded, cumulated, in ``notes["segment_factors"]``); the
+    problem on the corrected table."""
+    table = problem.table
+    record = table.notes.setdefault("segment_factors", {})
+    for group, by_library in factors.items():
+        for library, factor in by_library.items():
+            table.options[group][library] *= factor
+            record.setdefault(group, {})[library] = record.get(group, {}).get(library, 1.0) * factor
+    return SelectionProblem(table)

@@ -1,0 +1,75 @@
+"""Group prices corrected by segments timed inside their plans' runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlcompile.layer.group_table import group_model
+from rlcompile.layer.in_context import TimedSegment, apply_group_prices, fit_group_prices, segment_predictions
+from rlcompile.layer.problem import SelectionProblem, exact
+from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+from rlcompile.models import load_model
+from rlcompile.runtimes import create
+
+
+def chain_table() -> LookupTable:
+    """Three groups in a chain; "b" looks 0.5 ms faster on the last two; a switch costs 0.1 ms either way, entering
+    from and leaving to the caller 0.05 ms."""
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", "g3", "y2", (1, 8)),
+             Edge("g3", SINK, "z", (1, 8))]  # fmt: skip
+    conversions = {"1x8": {"a->b": 0.1, "b->a": 0.1, "host->a": 0.05, "host->b": 0.05, "a->host": 0.05,
+                           "b->host": 0.05}}  # fmt: skip
+    options = {"g1": {"a": 1.0, "b": 2.0}, "g2": {"a": 1.0, "b": 0.5}, "g3": {"a": 1.0, "b": 0.5}}
+    return LookupTable("toy", ["g1", "g2", "g3"], options, {"a": "a", "b": "b"}, edges, conversions, host="host",
+                       default="a")  # fmt: skip
+
+
+def test_each_segment_is_charged_its_groups_and_the_crossings_it_receives():
+    problem = SelectionProblem(chain_table())
+    plan = ["a", "b", "b"]
+    segments = [TimedSegment("a", (0,), 1.0), TimedSegment("b", (1, 2), 1.0)]
+    predicted = segment_predictions(problem, problem.choices(plan), segments)
+    assert predicted == [pytest.approx((1.0, 0.05)), pytest.approx((1.0, 0.1 + 0.05))]
+    assert sum(own + crossings for own, crossings in predicted) == pytest.approx(problem.total(problem.choices(plan)))
+
+
+def test_a_segment_slower_in_context_makes_exactly_its_groups_dearer_and_the_solver_moves():
+    problem = SelectionProblem(chain_table())
+    plan = ["a", "b", "b"]
+    assert problem.names(exact(problem).plan) == {"g1": "a", "g2": "b", "g3": "b"}  # the table's pick
+    # measured in the plan's runs: the "a" segment as the table says, the "b" one at 2.2 ms (its groups 2.0 ms)
+    timed = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 2.0 + 0.15)]
+    factors = fit_group_prices(problem, [(plan, timed)])
+    assert factors == {"g2": {"b": pytest.approx(2.0)}, "g3": {"b": pytest.approx(2.0)}}
+    corrected = apply_group_prices(problem, factors)
+    assert corrected.total(corrected.choices(plan)) == pytest.approx(sum(segment.ms for segment in timed))
+    assert corrected.table.options["g1"] == {"a": 1.0, "b": 2.0}  # a group no segment held keeps its price
+    assert corrected.table.notes["segment_factors"] == factors
+    assert corrected.names(exact(corrected).plan) == {"g1": "a", "g2": "a", "g3": "a"}
+
+
+def test_the_machines_drift_is_not_taken_for_a_price_and_two_contexts_meet_halfway():
+    problem = SelectionProblem(chain_table())
+    plan = ["a", "b", "b"]
+    slower = [TimedSegment("a", (0,), 2 * 1.05), TimedSegment("b", (1, 2), 2 * 1.15)]  # the whole machine at half speed
+    assert fit_group_prices(problem, [(plan, slower)], drift=2.0) == {}
+    other = ["a", "a", "b"]  # g3 in "b" again, now measured at 4x its price: with 1x from the first plan, 2x
+    timed = [TimedSegment("a", (0, 1), 2.05), TimedSegment("b", (2,), 4 * 0.5 + 0.15)]
+    factors = fit_group_prices(problem, [(plan, [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 1.15)]),
+                                         (other, timed)])  # fmt: skip
+    assert factors == {"g3": {"b": pytest.approx(2.0)}}
+
+
+def test_the_engine_clocks_each_segment_inside_the_plans_run():
+    grouped = group_model(load_model("lenet5"))
+    assignment = ["ort"] * len(grouped.groups)
+    assignment[len(assignment) // 2:] = ["openvino"] * (len(assignment) - len(assignment) // 2)
+    engine = grouped.engine(assignment, 1, {"ort": create("ort"), "openvino": create("openvino")})
+    assert engine.libraries == ["ort", "openvino"]
+    clock: list[list[float]] = [[] for _ in engine.compiled]
+    expected = engine.run(grouped.feeds)
+    for _ in range(3):
+        outputs = engine.run(grouped.feeds, clock)
+    assert all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(expected, outputs, strict=True))
+    assert [len(seconds) for seconds in clock] == [3, 3] and all(s > 0 for seconds in clock for s in seconds)
