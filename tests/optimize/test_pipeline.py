@@ -103,7 +103,7 @@ def test_the_same_command_again_reuses_the_finished_output(interrupted_then_resu
 
 def test_layer_only_on_a_dynamic_input_model(dynamic_conv_model: Path, tmp_path: Path):
     output = tmp_path / "dyn.opt"
-    result = optimize(OptimizeRequest(str(dynamic_conv_model), output, {"x": (1, 3, 16, 16)}, 60.0, ("layer",),
+    result = optimize(OptimizeRequest(str(dynamic_conv_model), output, {"x": (1, 3, 16, 16)}, 20.0, ("layer",),
                                       SETTINGS))  # fmt: skip
     assert set(result.manifest["optimize"]["stages"]) == {"layer"}
     assert result.manifest["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]
