@@ -13,11 +13,12 @@ The plans solved on the corrected table then stand or fall by the final measurem
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from rlcompile.layer.problem import SelectionProblem
+from rlcompile.layer.table import LookupTable
 
 #: A segment's correction of its groups' prices stays within this range.
 SEGMENT_FACTOR_RANGE = (0.25, 4.0)
@@ -87,3 +88,16 @@ def apply_group_prices(problem: SelectionProblem, factors: dict[str, dict[str, f
             table.options[group][library] *= factor
             record.setdefault(group, {})[library] = record.get(group, {}).get(library, 1.0) * factor
     return SelectionProblem(table)
+
+
+def whole_model_prices(table: LookupTable) -> LookupTable:
+    """The table without the in-context corrections: what a plan of one library throughout costs, as the
+    calibration measured it (that library run whole). A group's price inside a short segment of a mixed plan is
+    not its share of the whole model's run (other fusions, other threading), so the segment clocks correct the
+    mixed plans' prices and leave the one-library plans' as calibrated."""
+    factors = table.notes.get("segment_factors") or {}
+    if not factors:
+        return table
+    options = {group: {library: ms / factors.get(group, {}).get(library, 1.0) for library, ms in by_library.items()}
+               for group, by_library in table.options.items()}  # fmt: skip
+    return replace(table, options=options)

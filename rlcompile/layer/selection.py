@@ -32,7 +32,7 @@ from rlcompile.layer.group_table import (
     single_library_plan,
     table_file,
 )
-from rlcompile.layer.in_context import TimedSegment, apply_group_prices, fit_group_prices
+from rlcompile.layer.in_context import TimedSegment, apply_group_prices, fit_group_prices, whole_model_prices
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
@@ -391,8 +391,10 @@ def select_segments(
                                  progress, until)  # fmt: skip
         save_table(problem.table, path)
         compile_candidates(grouped, candidates, created, threads, reference, progress)
-    for candidate in candidates:
-        candidate.predicted_ms = problem.total(problem.choices(candidate.assignment))
+    whole = SelectionProblem(whole_model_prices(problem.table))
+    for candidate in candidates:  # a one-library plan is priced as the calibration measured it, a mixed one in context
+        priced_by = whole if len(set(candidate.assignment)) == 1 else problem
+        candidate.predicted_ms = priced_by.total(priced_by.choices(candidate.assignment))
     # the model as the user has it, run natively by ORT and OpenVINO, is always a candidate: a runtime that cannot
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from rlcompile.layer.group_table import group_model
-from rlcompile.layer.in_context import TimedSegment, apply_group_prices, fit_group_prices, segment_predictions
+from rlcompile.layer.in_context import (
+    TimedSegment,
+    apply_group_prices,
+    fit_group_prices,
+    segment_predictions,
+    whole_model_prices,
+)
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 from rlcompile.models import load_model
@@ -47,6 +53,8 @@ def test_a_segment_slower_in_context_makes_exactly_its_groups_dearer_and_the_sol
     assert corrected.table.options["g1"] == {"a": 1.0, "b": 2.0}  # a group no segment held keeps its price
     assert corrected.table.notes["segment_factors"] == factors
     assert corrected.names(exact(corrected).plan) == {"g1": "a", "g2": "a", "g3": "a"}
+    # a plan of "b" throughout runs the model whole, as the calibration measured it: its prices are not corrected
+    assert whole_model_prices(corrected.table).options == chain_table().options
 
 
 def test_the_machines_drift_is_not_taken_for_a_price_and_two_contexts_meet_halfway():
