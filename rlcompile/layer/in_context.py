@@ -6,9 +6,7 @@ solver picks is where those estimates are most wrong in its favour (the optimise
 prices too cheaply in a library attracts the plan. The refining probe therefore times every segment of the
 plans it runs, inside those runs (:meth:`~rlcompile.layer.segments.SegmentEngine.run` with a clock), and
 corrects the prices of exactly the groups those segments hold, in exactly the library that ran them: a
-segment that took twice what the table says makes its groups twice as dear, the boundaries left as fitted, and
-the library's groups no segment timed take the library's typical factor. A plan of one library throughout keeps
-the calibrated prices (:func:`whole_model_prices`): the calibration measured exactly that run.
+segment that took twice what the table says makes its groups twice as dear, the boundaries left as fitted.
 The plans solved on the corrected table then stand or fall by the final measurement, side by side.
 """
 
@@ -55,16 +53,13 @@ def segment_predictions(problem: SelectionProblem, choices: Sequence[int],
 
 def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[str], Sequence[TimedSegment]]],
                      drift: float = 1.0) -> dict[str, dict[str, float]]:  # fmt: skip
-    """The factors on (group, library) prices inside mixed plans that make the table predict each timed segment.
+    """The factors on (group, library) prices that make the table predict each timed segment.
 
     ``plans``: each measured plan's assignment (a library per group) and its segments timed in context;
     ``drift``: how much slower the machine ran during that measurement than at the table's calibration. A
     segment's factor is what its groups must cost for the segment to cost its measurement, the crossings
-    charged to it kept; a group in several timed segments of its library takes their geometric mean. A group no
-    segment timed in a library takes that library's typical factor (the geometric mean over its timed groups,
-    weighted by their prices): the solver's next picks are the groups not yet timed, and they are priced as the
-    timed ones turned out, not as the standalone profile said. Factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1
-    are dropped. Returns ``{group: {library: factor}}``.
+    charged to it kept; a group in several timed segments of its library takes their geometric mean. Factors
+    within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped. Returns ``{group: {library: factor}}``.
     """
     collected: dict[tuple[int, str], list[float]] = {}
     for assignment, segments in plans:
@@ -75,26 +70,12 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
             factor = float(np.clip((segment.ms / drift - crossings) / own, *SEGMENT_FACTOR_RANGE))
             for k in segment.groups:
                 collected.setdefault((k, segment.library), []).append(factor)
-    timed = {key: float(np.exp(np.mean(np.log(values)))) for key, values in collected.items()}
-    typical = typical_factors(problem, timed)
     factors: dict[str, dict[str, float]] = {}
-    for k, group in enumerate(problem.table.layers):
-        for library in problem.table.options[group]:
-            factor = timed.get((k, library), typical.get(library, 1.0))
-            if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
-                factors.setdefault(group, {})[library] = factor
+    for (k, library), values in sorted(collected.items()):
+        factor = float(np.exp(np.mean(np.log(values))))
+        if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
+            factors.setdefault(problem.table.layers[k], {})[library] = factor
     return factors
-
-
-def typical_factors(problem: SelectionProblem, timed: dict[tuple[int, str], float]) -> dict[str, float]:
-    """Per library, the geometric mean of its timed groups' factors, each weighted by the group's price there."""
-    sums: dict[str, list[float]] = {}
-    for (k, library), factor in timed.items():
-        weight = problem.table.options[problem.table.layers[k]][library]
-        entry = sums.setdefault(library, [0.0, 0.0])
-        entry[0] += weight * np.log(factor)
-        entry[1] += weight
-    return {library: float(np.exp(total / weight)) for library, (total, weight) in sums.items() if weight > 0}
 
 
 def apply_group_prices(problem: SelectionProblem, factors: dict[str, dict[str, float]]) -> SelectionProblem:
