@@ -1,6 +1,6 @@
 """How far apart identical twins land in a contest, and what closes the gap.
 
-    python benchmarks/contest_noise.py [--models resnet18,hf:bert-minilm,...] [--repeats 3]
+    python benchmarks/contest_noise.py [--models resnet18,hf:bert-minilm,...] [--repeats 3] [--pause 0]
                                        [--variants default,long-blocks,quiet,discard] [--out results/contest_noise]
 
 Per model: ONNX Runtime native twice and OpenVINO native twice (the layer stage's natives), timed in one
@@ -16,7 +16,10 @@ twins' spread |twin / original - 1| is the noise the contest would report. Varia
 * ``settled``: ``quick`` blocks, settling (:data:`rlcompile.measure.SETTLE`: batches of 5 rounds while the twins
   differ by more than 2%, at most 4 batches), as decisions are timed now.
 
-Each result also records the rounds and seconds its contest took.
+Each result also records the rounds and seconds its contest took. ``--pause S`` waits S seconds between repeats:
+the columns "ort across" and "ov/ort across" then say how far one library's speed, and the two libraries' ratio,
+move between contests a while apart (max / min - 1 over the repeats): what a prediction calibrated on one contest
+can be off in the next one even after scaling by ORT native, as ``select``'s probe and final contest are.
 
 Writes ``contest_noise.json`` (every spread, with the environment) and prints the median and the worst
 spread per model and variant.
@@ -57,7 +60,7 @@ def contenders(model, feeds: dict, threads: int, variant: str) -> list[Contender
     return made
 
 
-def spreads(model_name: str, threads: int, variant: str, repeats: int) -> list[dict]:
+def spreads(model_name: str, threads: int, variant: str, repeats: int, pause_s: float = 0.0) -> list[dict]:
     entries = {entry.name: entry for entry in corpus.corpus()}
     spec = corpus.model_spec(entries[model_name]) if model_name in entries else model_name
     model = load_model(spec)
@@ -66,7 +69,9 @@ def spreads(model_name: str, threads: int, variant: str, repeats: int) -> list[d
     if variant == "long-blocks":
         timing = replace(timing, min_time_s=0.7)
     results = []
-    for _ in range(repeats):
+    for repeat in range(repeats):
+        if repeat:
+            time.sleep(pause_s)
         started = time.monotonic()
         standings = run_contest(contenders(model, feeds, threads, variant), timing, rounds=5,
                                 settle=SETTLE if variant == "settled" else None)  # fmt: skip
@@ -74,7 +79,7 @@ def spreads(model_name: str, threads: int, variant: str, repeats: int) -> list[d
         results.append({"ort": abs(medians["ort twin"] / medians["ort"] - 1),
                         "openvino": abs(medians["openvino twin"] / medians["openvino"] - 1),
                         "ort_ms": medians["ort"], "openvino_ms": medians["openvino"], "rounds": standings.rounds,
-                        "seconds": time.monotonic() - started})  # fmt: skip
+                        "seconds": time.monotonic() - started, "at": time.time()})  # fmt: skip
     return results
 
 
@@ -84,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds between repeats")
     parser.add_argument("--out", type=Path, default=Path("results/contest_noise"))
     args = parser.parse_args(argv)
     path = args.out / "contest_noise.json"
@@ -94,10 +100,11 @@ def main(argv: list[str] | None = None) -> int:
             if key in saved["runs"]:
                 continue
             console.log(key)
-            saved["runs"][key] = spreads(model_name, args.threads, variant, args.repeats)
+            saved["runs"][key] = spreads(model_name, args.threads, variant, args.repeats, args.pause)
             atomic.write_json(path, saved, indent=1)
     table = Table(title="twins' spread in a contest (median / worst over repeats)")
-    for column in ("model", "variant", "ort twins", "openvino twins", "ort ms", "openvino ms", "rounds", "s"):
+    for column in ("model", "variant", "ort twins", "openvino twins", "ort ms", "openvino ms", "rounds", "s",
+                   "ort across", "ov/ort across"):  # fmt: skip
         table.add_column(column)
     for key, runs in saved["runs"].items():
         model_name, variant = key.rsplit("/", 1)
@@ -106,10 +113,18 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(model_name, variant, *cells, f"{np.median([r['ort_ms'] for r in runs]):.2f}",
                       f"{np.median([r['openvino_ms'] for r in runs]):.2f}",
                       f"{np.median([r.get('rounds', 5) for r in runs]):.0f}",
-                      f"{np.median([r['seconds'] for r in runs]):.1f}" if "seconds" in runs[0] else "")  # fmt: skip
+                      f"{np.median([r['seconds'] for r in runs]):.1f}" if "seconds" in runs[0] else "",
+                      *across(runs))  # fmt: skip
     console.print(table)
     console.log(f"wrote {path}")
     return 0
+
+
+def across(runs: list[dict]) -> tuple[str, str]:
+    """How far ORT's median, and OpenVINO's against ORT's, move between the repeats (max / min - 1)."""
+    ort = [r["ort_ms"] for r in runs]
+    ratio = [r["openvino_ms"] / r["ort_ms"] for r in runs]
+    return f"{100 * (max(ort) / min(ort) - 1):.0f}%", f"{100 * (max(ratio) / min(ratio) - 1):.0f}%"
 
 
 if __name__ == "__main__":
