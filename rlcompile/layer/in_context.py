@@ -39,15 +39,11 @@ def segment_predictions(problem: SelectionProblem, choices: Sequence[int],
                         segments: Sequence[TimedSegment]) -> list[tuple[float, float]]:  # fmt: skip
     """Per segment, what the table says it costs: (its groups' own times, the crossings into it and out to the
     caller). Each crossing is charged to the segment that receives the value, as the segment's clock sees it."""
-    layout_of: dict[int, str] = {}
-    steps = []
-    for layer, choice in enumerate(choices):
-        steps.append((problem.options[layer][choice].ms, problem.step_cost(layer, choice, layout_of)))
-        layout_of[layer] = problem.options[layer][choice].layout
+    steps = problem.step_costs(choices)
     result = []
     for segment in segments:
-        own = sum(steps[k][0] for k in segment.groups)
-        result.append((own, sum(steps[k][1] for k in segment.groups) - own))
+        own = sum(problem.options[k][choices[k]].ms for k in segment.groups)
+        result.append((own, sum(steps[k] for k in segment.groups) - own))
     return result
 
 

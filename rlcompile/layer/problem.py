@@ -70,12 +70,16 @@ class SelectionProblem:
         return cost
 
     def total(self, plan: list[int]) -> float:
+        return sum(self.step_costs(plan))
+
+    def step_costs(self, plan: Sequence[int]) -> list[float]:
+        """Each layer's :meth:`step_cost` along ``plan``: its time and the conversions paid on its inputs."""
         layout_of: dict[int, str] = {}
-        total = 0.0
+        costs = []
         for layer, choice in enumerate(plan):
-            total += self.step_cost(layer, choice, layout_of)
+            costs.append(self.step_cost(layer, choice, layout_of))
             layout_of[layer] = self.options[layer][choice].layout
-        return total
+        return costs
 
     def names(self, plan: list[int]) -> dict[str, str]:
         return {

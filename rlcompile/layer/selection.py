@@ -467,8 +467,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     if moved:
         said = ", ".join(f"x{scale:.2f} between {pair.replace('|', ' and ')}" for pair, scale in sorted(moved.items()))
         progress(Event("layer", f"boundaries between libraries cost {said} the table's standalone estimate"))
-        problem.table.boundary_scales = scales
-    problem = SelectionProblem(problem.table)
+        problem.table.boundary_scales = scales  # read by the problem as it prices crossings: no rebuild
     priced = price_in_context(problem, candidates, drift, progress)
     if moved or recalibrated or priced:
         problem = apply_group_prices(problem, priced)
