@@ -12,8 +12,8 @@ The plans solved on the corrected table then stand or fall by the final measurem
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -24,6 +24,43 @@ from rlcompile.layer.table import LookupTable
 SEGMENT_FACTOR_RANGE = (0.25, 4.0)
 #: Corrections closer to 1 than this are within the probe's noise and not applied.
 SEGMENT_FACTOR_DEADBAND = 0.03
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How much slower each library runs now than when the table was calibrated: its single-library plan's
+    time now over its time then (``default`` for a library with no such pair, the ORT native run's ratio).
+
+    Per library, because a shared machine's slow spells do not slow every library alike: on the 2-core Zen 4
+    VM, ONNX Runtime ran ocr-det 2x slower for tens of seconds at a time (its memory-bound operators 2.5-4.5x)
+    while OpenVINO ran it within 10% (``benchmarks/machine_state.py``). One factor for all libraries then
+    prices an OpenVINO segment at ORT's speed.
+    """
+
+    by_library: Mapping[str, float] = field(default_factory=dict)
+    default: float = 1.0
+
+    def of(self, library: str) -> float:
+        return self.by_library.get(library, self.default)
+
+    def of_plan(self, problem: SelectionProblem, choices: Sequence[int]) -> float:
+        """The plan's drift: each library's, weighted by the share of the plan's time the table gives it (each
+        step's crossing into a group counted with the group's library)."""
+        steps = problem.step_costs(choices)
+        total = sum(steps)
+        if total <= 0:
+            return self.default
+        libraries = [problem.options[k][c].primitive for k, c in enumerate(choices)]
+        return sum(ms * self.of(library) for ms, library in zip(steps, libraries, strict=True)) / total
+
+    def to_dict(self) -> dict:
+        return {"default": self.default, **self.by_library}
+
+
+def measure_drift(then: Mapping[str, float] | None, now: Mapping[str, float], default: float) -> Drift:
+    """The drift of every library measured both ``then`` (the table's single-library plans) and ``now``."""
+    then = then or {}
+    return Drift({name: now[name] / then[name] for name in now if then.get(name) and now[name] > 0}, default)
 
 
 @dataclass(frozen=True)
@@ -48,11 +85,11 @@ def segment_predictions(problem: SelectionProblem, choices: Sequence[int],
 
 
 def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[str], Sequence[TimedSegment]]],
-                     drift: float = 1.0) -> dict[str, dict[str, float]]:  # fmt: skip
+                     drift: Drift = Drift()) -> dict[str, dict[str, float]]:  # fmt: skip
     """The factors on (group, library) prices that make the table predict each timed segment.
 
     ``plans``: each measured plan's assignment (a library per group) and its segments timed in context;
-    ``drift``: how much slower the machine ran during that measurement than at the table's calibration. A
+    ``drift``: how much slower each library ran during that measurement than at the table's calibration. A
     segment's factor is what its groups must cost for the segment to cost its measurement, the crossings
     charged to it kept; a group in several timed segments of its library takes their geometric mean. Factors
     within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped. Returns ``{group: {library: factor}}``.
@@ -63,7 +100,8 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
         for segment, (own, crossings) in zip(segments, segment_predictions(problem, choices, segments), strict=True):
             if own <= 0 or not np.isfinite(segment.ms):
                 continue
-            factor = float(np.clip((segment.ms / drift - crossings) / own, *SEGMENT_FACTOR_RANGE))
+            factor = float(np.clip((segment.ms / drift.of(segment.library) - crossings) / own,
+                                   *SEGMENT_FACTOR_RANGE))
             for k in segment.groups:
                 collected.setdefault((k, segment.library), []).append(factor)
     factors: dict[str, dict[str, float]] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,14 @@ from rlcompile.layer.group_table import (
     single_library_plan,
     table_file,
 )
-from rlcompile.layer.in_context import TimedSegment, apply_group_prices, fit_group_prices, whole_model_prices
+from rlcompile.layer.in_context import (
+    Drift,
+    TimedSegment,
+    apply_group_prices,
+    fit_group_prices,
+    measure_drift,
+    whole_model_prices,
+)
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
@@ -162,9 +170,22 @@ class Selection:
         now = self.natives.get("ort native")
         return now.median_ms / then if then and now else 1.0
 
+    @property
+    def drifts(self) -> Drift:
+        """How much slower each library runs now than at the table's calibration: its single-library plan in the
+        final contest over the same plan then (:attr:`drift` for a library without both)."""
+        return measure_drift(self.table.notes.get("single_library_ms"), single_library_times(self.candidates),
+                             self.drift)  # fmt: skip
+
     def expected_ms(self, candidate: Candidate) -> float:
-        """The candidate's table prediction at the machine's current speed."""
-        return candidate.predicted_ms * self.drift
+        """The candidate's table prediction at each library's current speed."""
+        problem = self.problem
+        return candidate.predicted_ms * self.drifts.of_plan(problem, problem.choices(candidate.assignment))
+
+    @cached_property
+    def problem(self) -> SelectionProblem:
+        """The selection problem on the final table."""
+        return SelectionProblem(self.table)
 
     @property
     def noise(self) -> float | None:
@@ -202,6 +223,7 @@ class Selection:
             "noise": self.noise,
             "rounds": self.rounds,
             "drift": self.drift,
+            "drift_by_library": self.drifts.to_dict(),
             "expected_ms": {", ".join(c.labels): self.expected_ms(c) for c in self.candidates},
             "groups": self.group_rows(),
         }
@@ -266,7 +288,7 @@ def is_mixed(candidate: Candidate) -> bool:
     return len(set(candidate.assignment)) > 1
 
 
-def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], drift: float) -> dict[str, float]:
+def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], drift: Drift) -> dict[str, float]:
     """The factors on library-to-library boundaries, per pair of libraries, that make the table predict the
     measured plans.
 
@@ -288,7 +310,7 @@ def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], 
         if not any(crossings.values()):
             continue  # a one-library plan teaches nothing about switches
         scaled = sum(table.boundary_scale(pair) * ms for pair, ms in crossings.items())
-        measured = candidate.measured.median_ms / drift
+        measured = candidate.measured.median_ms / drift.of_plan(problem, choices)
         equations.append((crossings, measured - (problem.total(choices) - scaled), measured))
     if not equations:
         return dict(table.boundary_scales)
@@ -460,7 +482,8 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     if recalibrated:
         problem = SelectionProblem(problem.table)
     then = problem.table.notes.get("ort_native_ms")
-    drift = stats["ort native"].median_ms / then if then else 1.0
+    drift = measure_drift(problem.table.notes.get("single_library_ms"), single_library_times(candidates),
+                          stats["ort native"].median_ms / then if then else 1.0)  # fmt: skip
     scales = fit_boundary_scales(problem, candidates, drift)
     moved = {pair: scale for pair, scale in scales.items()
              if abs(scale / problem.table.boundary_scale(pair) - 1) > 0.05}  # fmt: skip
@@ -481,7 +504,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     return problem, result
 
 
-def price_in_context(problem: SelectionProblem, candidates: list[Candidate], drift: float,
+def price_in_context(problem: SelectionProblem, candidates: list[Candidate], drift: Drift,
                      progress: Listener) -> dict[str, dict[str, float]]:  # fmt: skip
     """The group prices the probe's segment clocks correct (:func:`~rlcompile.layer.in_context.fit_group_prices`),
     over every plan of more than one segment it timed; said in an event."""
@@ -500,6 +523,11 @@ def price_in_context(problem: SelectionProblem, candidates: list[Candidate], dri
     return factors
 
 
+def single_library_times(candidates: list[Candidate]) -> dict[str, float]:
+    """The measured milliseconds of each library's single-library plan, by library."""
+    return {library: c.measured.median_ms for c in candidates if c.measured is not None for library in c.single}
+
+
 def late_calibration(table: LookupTable) -> bool:
     """Whether the table's calibration ran past the profile's deadline (two short rounds, one call per turn)."""
     return bool(table.notes.get("cut_short") or table.notes.get("boundaries_estimated"))
@@ -513,12 +541,13 @@ def recalibrate(table: LookupTable, candidates: list[Candidate], ort_native_ms: 
     Measured on 12 corpus models at ``select --budget 60s``, where every profile was cut short: the late
     calibration's ORT native was 0.58-1.43x what the final contest measured, and its factors carried that error.
     """
-    measured = {library: c for c in candidates if c.measured is not None for library in c.single}
-    ordered = sorted(measured, key=lambda name: name != table.default)
+    plans = {library: c.assignment for c in candidates if c.measured is not None for library in c.single}
+    ordered = sorted(plans, key=lambda name: name != table.default)
     if not ordered:
         return False
-    times = {name: measured[name].measured.median_ms for name in ordered}
-    applied = fit_library_factors(table, {name: measured[name].assignment for name in ordered}, times)
+    times = single_library_times(candidates)
+    times = {name: times[name] for name in ordered}
+    applied = fit_library_factors(table, {name: plans[name] for name in ordered}, times)
     table.notes["ort_native_ms"] = ort_native_ms
     table.notes["single_library_ms"] = times
     said = ", ".join(f"{name} x{factor:.2f}" for name, factor in applied.items())

@@ -158,9 +158,10 @@ def candidates_table(selection) -> Table:
     """``rlcompile select``: every plan that was run, predicted vs measured, against the native runs."""
     ort_native = selection.natives.get("ort native")
     table = Table(title=f"{selection.model.name}: plans run end to end ({selection.threads} threads)")
-    drift = selection.drift
-    for column in ("plan", "segments", "library mix", "predicted ms", "measured ms", f"measured/(pred. x {drift:.2f})",
-                   "vs ORT native", "agrees"):  # fmt: skip
+    drifts = ", ".join(f"{name} x{factor:.2f}" for name, factor in selection.drifts.by_library.items())
+    for column in ("plan", "segments", "library mix", "predicted ms", "measured ms",
+                   f"measured/(pred. at today's speed: {drifts or f'x{selection.drift:.2f}'})", "vs ORT native",
+                   "agrees"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("plan", "library mix") else "right")
     for candidate in selection.candidates:
         mix = ", ".join(f"{name} x{count}" for name, count in candidate.library_mix().items())

@@ -7,9 +7,11 @@ import pytest
 
 from rlcompile.layer.group_table import group_model
 from rlcompile.layer.in_context import (
+    Drift,
     TimedSegment,
     apply_group_prices,
     fit_group_prices,
+    measure_drift,
     segment_predictions,
     whole_model_prices,
 )
@@ -61,12 +63,26 @@ def test_the_machines_drift_is_not_taken_for_a_price_and_two_contexts_meet_halfw
     problem = SelectionProblem(chain_table())
     plan = ["a", "b", "b"]
     slower = [TimedSegment("a", (0,), 2 * 1.05), TimedSegment("b", (1, 2), 2 * 1.15)]  # the whole machine at half speed
-    assert fit_group_prices(problem, [(plan, slower)], drift=2.0) == {}
+    assert fit_group_prices(problem, [(plan, slower)], drift=Drift(default=2.0)) == {}
     other = ["a", "a", "b"]  # g3 in "b" again, now measured at 4x its price: with 1x from the first plan, 2x
     timed = [TimedSegment("a", (0, 1), 2.05), TimedSegment("b", (2,), 4 * 0.5 + 0.15)]
     factors = fit_group_prices(problem, [(plan, [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 1.15)]),
                                          (other, timed)])  # fmt: skip
     assert factors == {"g3": {"b": pytest.approx(2.0)}}
+
+
+def test_each_library_keeps_its_own_drift_and_a_plan_drifts_by_its_share_of_each():
+    problem = SelectionProblem(chain_table())
+    plan = ["a", "b", "b"]
+    # the machine slowed "a" 2x and left "b" as it was: a plan's segments are priced at their own library's speed
+    drift = measure_drift({"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 2.0, "b": 2.0}, default=1.5)
+    assert drift.to_dict() == {"default": 1.5, "a": 2.0, "b": 1.0}
+    assert drift.of("c") == 1.5  # measured then but not now: the default
+    timed = [TimedSegment("a", (0,), 2 * 1.05), TimedSegment("b", (1, 2), 1.15)]
+    assert fit_group_prices(problem, [(plan, timed)], drift) == {}
+    steps = problem.step_costs(problem.choices(plan))  # a: 1.05 ms, b: 1.15 ms
+    assert drift.of_plan(problem, problem.choices(plan)) == pytest.approx((2 * steps[0] + sum(steps[1:])) / sum(steps))
+    assert drift.of_plan(problem, problem.choices(["b", "b", "b"])) == pytest.approx(1.0)
 
 
 def test_the_engine_clocks_each_segment_inside_the_plans_run():

@@ -12,6 +12,7 @@ import pytest
 import rlcompile
 from rlcompile.cli import main
 from rlcompile.events import Event, Reuse, Step
+from rlcompile.layer.in_context import Drift
 from rlcompile.layer.selection import Candidate, pick, select_segments
 from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
@@ -191,16 +192,19 @@ def test_measured_mixed_plans_teach_the_table_what_a_switch_costs_per_pair_of_li
     ab = Candidate(["ab"], ["a", "b", "a"], 2.7, measured=summarize([2.5 + 2 * 0.8]))  # two switches
     ac = Candidate(["ac"], ["a", "a", "c"], 2.6, measured=summarize([2.6]))
     single = Candidate(["single"], ["a", "a", "a"], 3.0, measured=summarize([3.0]))
-    scales = fit_boundary_scales(problem, [ab, ac, single], drift=1.0)  # single-library plans teach nothing
+    scales = fit_boundary_scales(problem, [ab, ac, single], drift=Drift())  # single-library plans teach nothing
     assert scales["a|b"] == pytest.approx(8.0, rel=0.01) and scales["a|c"] == pytest.approx(1.0, abs=0.01)
     assert "b|c" not in scales  # no measured plan crossed it: it keeps the table's estimate
+    slower = Candidate(["ab"], ab.assignment, 2.7, measured=summarize([2 * (2.5 + 2 * 0.8)]))  # at half speed
+    assert fit_boundary_scales(problem, [slower, ac], drift=Drift({"a": 2.0, "b": 2.0}))["a|b"] == pytest.approx(
+        8.0, rel=0.01)  # fmt: skip
     table.boundary_scales = scales
     refined = SelectionProblem(table)
     assert refined.names(exact(refined).plan) == {"g1": "a", "g2": "a", "g3": "c"}
     assert refined.total(refined.choices(ab.assignment)) == pytest.approx(4.1, rel=0.01)
-    assert fit_boundary_scales(refined, [single], 1.0) == scales
+    assert fit_boundary_scales(refined, [single], Drift()) == scales
     cheap = Candidate(["ac"], ["a", "a", "c"], 2.6, measured=summarize([2.45]))  # cheaper than standalone: down
-    assert fit_boundary_scales(SelectionProblem(table), [cheap], 1.0)["a|c"] == pytest.approx(0.5, abs=0.01)
+    assert fit_boundary_scales(SelectionProblem(table), [cheap], Drift())["a|c"] == pytest.approx(0.5, abs=0.01)
 
 
 def test_the_original_model_run_whole_by_each_runtime_is_always_a_candidate(selection):
