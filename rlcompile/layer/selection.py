@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
@@ -178,7 +179,10 @@ class Selection:
                              self.drift)  # fmt: skip
 
     def expected_ms(self, candidate: Candidate) -> float:
-        """The candidate's table prediction at each library's current speed."""
+        """The candidate's table prediction at each library's current speed (the model run whole by a library that
+        cannot run every group alone has no prediction: NaN)."""
+        if not math.isfinite(candidate.predicted_ms):
+            return candidate.predicted_ms
         problem = self.problem
         return candidate.predicted_ms * self.drifts.of_plan(problem, problem.choices(candidate.assignment))
 

@@ -214,6 +214,9 @@ def test_the_original_model_run_whole_by_each_runtime_is_always_a_candidate(sele
     whole = {c.engine.libraries[0] for c in selection.candidates
              if c.engine and len(c.engine.compiled) == 1 and c.engine.compiled[0].segment.proto is original}
     assert {"ort", "openvino"} <= whole
+    # such a run has no table prediction, whatever its library (on yolos OpenVINO's whole run could not be priced)
+    unpriced = Candidate(["native:elsewhere"], ["elsewhere"] * len(selection.grouped.groups), float("nan"))
+    assert np.isnan(selection.expected_ms(unpriced))
 
 
 def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_native_run(tmp_path: Path):
