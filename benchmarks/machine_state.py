@@ -6,16 +6,20 @@
 For ``--seconds``, in blocks of about a second: ONNX Runtime and OpenVINO run the model natively (each the
 median of ``--calls`` timed calls after one warm call, the two alternating), then the machine itself is probed
 the way numpy sees it: a one-thread float32 matmul pinned to each CPU in turn (its GFLOPS: the cores' compute),
+a matmul on all the process's CPUs, small (mostly the threads synchronising) and large (compute),
 one read of an array that fits the last-level cache and of one that does not (GB/s: cache and memory
 bandwidth), and a fill of freshly allocated memory (GB/s: page faults). A block is *slow* when ORT took more than
 :data:`SLOW` times its median over the blocks in the fast cluster (the blocks within :data:`SLOW` of its
 fastest block).
 
-Measured on the 2-core Zen 4 VM (stop 43): ORT ran ocr-det at 12 or 24 ms, in spells of 10-70 s, every ORT
-session of the process switching together (spinning or not, arena or not), its memory-bound operators
-2.5-4.5x slower and its convolutions 1.3x (ORT's profiler); OpenVINO, the cores' compute and the cache and
-memory bandwidth did not move with it. This benchmark records that, so that a prediction judged across such a
-spell is read as what it is.
+Measured on the 2-core Zen 4 VM (stop 43, ``results/machine_state``, 150 s): ORT ran ocr-det at 12 or 24 ms
+in spells of 10-70 s (124 of 350 blocks slow), OpenVINO at 8.3 or 12.1 ms in the same blocks; in those blocks
+a BLAS matmul on both CPUs ran 0.53x as fast (128x128, mostly synchronisation) and 0.70x (384x384), while
+each CPU alone, the cache and memory bandwidth and page faults did not move (1.00, 1.00, 0.99, 1.00). So what
+slows is the two CPUs working together (handing work to each other), not either CPU: the host's placement of
+the VM's two CPUs, outside the process. Every ORT session of a process switches together, spinning or not,
+arena or not, and its memory-bound operators (short, synchronisation-heavy) slow 2.5-4.5x, its convolutions
+1.3x (ORT's profiler). A prediction judged across such a spell is off by up to 2x whatever the model.
 
 Writes ``machine_state.json`` (every block, the environment and the summary) and ``machine_state.png``.
 """
@@ -44,6 +48,8 @@ SLOW = 1.5
 #: numpy's arrays: one that stays in a Zen 4 CCD's 32 MB L3 beside the model, and one that does not.
 CACHE_MB, MEMORY_MB = 12, 96
 MATMUL_N = 384
+#: a matmul this small is mostly the BLAS threads synchronising
+SMALL_N = 128
 
 
 def median_ms(call: Callable[[], object], calls: int) -> float:
@@ -57,17 +63,31 @@ def median_ms(call: Callable[[], object], calls: int) -> float:
 
 
 def core_gflops(cpu: int, matrix: np.ndarray) -> float:
-    """One thread's matmul GFLOPS pinned to ``cpu`` (the process's CPU set is restored after)."""
+    """One thread's matmul GFLOPS pinned to ``cpu`` (BLAS held to one thread; the CPU set is restored after)."""
+    from threadpoolctl import threadpool_limits
+
     allowed = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
     try:
-        seconds = []
-        for _ in range(30):
-            started = time.perf_counter()
-            matrix @ matrix
-            seconds.append(time.perf_counter() - started)
+        with threadpool_limits(1, user_api="blas"):
+            seconds = []
+            for _ in range(30):
+                started = time.perf_counter()
+                matrix @ matrix
+                seconds.append(time.perf_counter() - started)
     finally:
         os.sched_setaffinity(0, allowed)
+    return 2 * matrix.shape[0] ** 3 / float(np.median(seconds)) / 1e9
+
+
+def threads_gflops(matrix: np.ndarray, calls: int) -> float:
+    """BLAS matmul GFLOPS on every CPU of the process: a small matrix is dominated by the threads' handing work
+    to each other (cross-core synchronisation), a large one by compute."""
+    seconds = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        matrix @ matrix
+        seconds.append(time.perf_counter() - started)
     return 2 * matrix.shape[0] ** 3 / float(np.median(seconds)) / 1e9
 
 
@@ -102,6 +122,8 @@ def block(calls: dict[str, Callable[[], object]], per_block: int, probes: dict) 
     row = {f"{name}_ms": median_ms(call, per_block) for name, call in calls.items()}
     for cpu in sorted(os.sched_getaffinity(0)):
         row[f"cpu{cpu}_gflops"] = core_gflops(cpu, probes["matrix"])
+    row["threads_small_gflops"] = threads_gflops(probes["small"], 400)
+    row["threads_large_gflops"] = threads_gflops(probes["matrix"], 40)
     row["cache_read_gbps"] = read_gbps(probes["cache"], 20)
     row["memory_read_gbps"] = read_gbps(probes["memory"], 5)
     row["fresh_fill_gbps"] = fill_gbps(32)
@@ -159,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     calls = natives(args.model, args.threads)
     rng = np.random.default_rng(0)
     probes = {"matrix": rng.random((MATMUL_N, MATMUL_N), dtype=np.float32),
+              "small": rng.random((SMALL_N, SMALL_N), dtype=np.float32),
               "cache": np.ones(CACHE_MB * 2**20 // 8), "memory": np.ones(MEMORY_MB * 2**20 // 8)}  # fmt: skip
     rows, started = [], time.monotonic()
     while time.monotonic() - started < args.seconds:
