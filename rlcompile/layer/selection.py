@@ -89,6 +89,9 @@ FIRST_BATCH_SHARE = 0.3
 #: With a deadline, the share of the time left after grouping kept for compiling, checking and timing the
 #: candidates (the final contest settles in what is left); the profile gets the rest.
 FINAL_SHARE = 0.7
+#: At most this many refining probes: each times the plans the previous one's corrections led the solvers to (a
+#: plan the table has not seen in context is where its estimates err most in the plan's favour), and prices them.
+REFINE_ROUNDS = 2
 #: With a deadline, the refining probe gets this share of the time left beyond the final contest's floor, and
 #: runs only when twice its own floor fits there.
 PROBE_SHARE = 0.3
@@ -410,11 +413,18 @@ def select_segments(
     candidates = first_candidates(problem, result, agent, mixed)
     reference = run_proto(original.proto, grouped.feeds)
     compile_candidates(grouped, candidates, created, threads, reference, progress)
-    # the refining probe, then a second compile and the final contest: only when it leaves the contest its time
-    fits, until = probe_deadline(deadline, floor_s, contest_floor_s(call_s, len(candidates) + 1))
-    if fits and any(is_mixed(c) and c.engine for c in candidates):
+    # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
+    # only when it leaves the final contest its time
+    for round_index in range(1, REFINE_ROUNDS + 1):
+        unprobed = [c for c in candidates if not c.probed and c.engine and c.error is None]
+        if not any(is_mixed(c) for c in unprobed):
+            break
+        timed = len(unprobed) + sum(bool(c.single) and c.probed for c in candidates)
+        fits, until = probe_deadline(deadline, floor_s, contest_floor_s(call_s, timed + 1))
+        if not fits:
+            break
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
-                                 progress, until)  # fmt: skip
+                                 progress, until, round_index)  # fmt: skip
         save_table(problem.table, path)
         compile_candidates(grouped, candidates, created, threads, reference, progress)
     whole = SelectionProblem(whole_model_prices(problem.table))
@@ -460,50 +470,56 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
 
 def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],
            feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig, progress: Listener,
-           deadline: float | None = None) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
-    """Learn from a first, short measurement of the plans (the probe); solve again on what it taught.
+           deadline: float | None = None, round_index: int = 1) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
+    """Learn from a short measurement of the plans not measured yet (the probe); solve again on what it taught.
 
     It teaches the boundary factors (per pair of libraries, :func:`fit_boundary_scales`), then, from each
     segment timed inside its plan's runs, the in-context price of the groups the plans put in each library
     (:mod:`rlcompile.layer.in_context`): the solver's own picks are re-priced where it picked them. A late
-    calibration is redone on the probe first (:func:`recalibrate`).
+    calibration is redone on the first probe (:func:`recalibrate`). The single-library plans are timed in every
+    probe: each library's speed now against the calibration's (:class:`~rlcompile.layer.in_context.Drift`).
 
-    The plans found on the corrected table join the candidates (labelled "(refined)"), so the final
-    measurement compares the first and the refined answers side by side. ``deadline``: the probe is fitted to
-    end by then (past it, no round starts after the first :data:`~rlcompile.measure.contest.MIN_ROUNDS`).
+    The plans found on the corrected table join the candidates (labelled "(refined)", "(refined 2)", ...), so the
+    final measurement compares the first and the refined answers side by side; a later round probes the refined
+    plans in turn (up to :data:`REFINE_ROUNDS`). ``deadline``: the probe is fitted to end by then (past it, no round
+    starts after the first :data:`~rlcompile.measure.contest.MIN_ROUNDS`).
     """
     progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
+    fresh = [c for c in candidates if not c.probed]
+    timed = [c for c in candidates if not c.probed or c.single]
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
     settle = None
     if deadline is not None:
-        runnable = sum(c.engine is not None and c.error is None for c in candidates)
+        runnable = sum(c.engine is not None and c.error is None for c in timed)
         probe = contest.fit_within(probe, runnable + 1, deadline - time.monotonic())
         settle = Settle(max_batches=1, deadline=deadline)
-    stats = time_candidates_once(candidates, {"ort native": natives["ort native"]}, probe, feeds, settle=settle,
+    stats = time_candidates_once(timed, {"ort native": natives["ort native"]}, probe, feeds, settle=settle,
                                  clocked=True)  # fmt: skip
-    recalibrated = late_calibration(problem.table) and recalibrate(problem.table, candidates,
+    recalibrated = late_calibration(problem.table) and recalibrate(problem.table, timed,
                                                                     stats["ort native"].median_ms, progress)
     if recalibrated:
         problem = SelectionProblem(problem.table)
     then = problem.table.notes.get("ort_native_ms")
-    drift = measure_drift(problem.table.notes.get("single_library_ms"), single_library_times(candidates),
+    drift = measure_drift(problem.table.notes.get("single_library_ms"), single_library_times(timed),
                           stats["ort native"].median_ms / then if then else 1.0)  # fmt: skip
-    scales = fit_boundary_scales(problem, candidates, drift)
+    scales = fit_boundary_scales(problem, timed, drift)
     moved = {pair: scale for pair, scale in scales.items()
              if abs(scale / problem.table.boundary_scale(pair) - 1) > 0.05}  # fmt: skip
     if moved:
         said = ", ".join(f"x{scale:.2f} between {pair.replace('|', ' and ')}" for pair, scale in sorted(moved.items()))
         progress(Event("layer", f"boundaries between libraries cost {said} the table's standalone estimate"))
         problem.table.boundary_scales = scales  # read by the problem as it prices crossings: no rebuild
-    priced = price_in_context(problem, candidates, drift, progress)
+    priced = price_in_context(problem, fresh, drift, progress)  # a plan's segments correct the prices once
     if moved or recalibrated or priced:
         problem = apply_group_prices(problem, priced)
         progress(Event("layer", "solving again on the corrected table"))
         result = solver.solve(problem, seed)
-        refined = [(f"{agent} (refined)", result.plan), ("exact (refined)", exact(problem).plan)]
+        suffix = "(refined)" if round_index == 1 else f"(refined {round_index})"
+        refined = [(f"{agent} {suffix}", result.plan), (f"exact {suffix}", exact(problem).plan)]
         candidates[:] = candidate_plans(problem, refined, candidates)
-    for candidate in candidates:
+    for candidate in timed:
         candidate.probed = candidate.probed or candidate.measured is not None
+    for candidate in candidates:
         candidate.measured = None
     return problem, result
 
