@@ -66,6 +66,7 @@ from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.runtimes.ort import run_proto
+from rlcompile.threads import SPIN_WIND_DOWN_S, spins_after_run
 from rlcompile.verify import Agreement, compare_outputs
 
 #: Candidates measured within this fraction of the fastest are ties (then fewer segments wins).
@@ -610,12 +611,14 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
     """
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
     # the twins run first and ORT native last in the first round, so their ratio spans the round
-    probes = [Contender(name, call, twin_of=PROBES[name]) for name, call in natives.items() if name in PROBES]
+    probes = [Contender(name, call, twin_of=PROBES[name], wind_down_s=native_wind_down(name))
+              for name, call in natives.items() if name in PROBES]  # fmt: skip
     clocks = [[[] for _ in c.engine.compiled] if clocked else None for c in runnable]
     plans = [Contender(f"plan {index}", lambda c=c, clock=clock: c.engine.run(feeds, clock),
-                       native_twin(c, native_proto, natives), c.segments)
+                       native_twin(c, native_proto, natives), c.segments, c.engine.wind_down_s)
              for index, (c, clock) in enumerate(zip(runnable, clocks, strict=True))]  # fmt: skip
-    others = [Contender(name, call) for name, call in natives.items() if name not in PROBES]
+    others = [Contender(name, call, wind_down_s=native_wind_down(name)) for name, call in natives.items()
+              if name not in PROBES]  # fmt: skip
     standings = run_contest([*probes, *plans, *others], spread_over(timing, ROUNDS), ROUNDS, settle)
     report_noise(standings, progress)
     for candidate, contender, clock in zip(runnable, plans, clocks, strict=True):
@@ -623,6 +626,11 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
         if clock is not None:
             candidate.segment_ms = [1e3 * float(np.median(seconds)) for seconds in clock]
     return standings
+
+
+def native_wind_down(label: str) -> float:
+    """What a contest waits after a native run's turn (``"ort native"``: its session spins after runs)."""
+    return SPIN_WIND_DOWN_S if spins_after_run(label.split()[0], exclusive=True) else 0.0
 
 
 def report_noise(standings: Standings, progress: Listener) -> None:

@@ -7,7 +7,10 @@ over another. They all time the same way, here:
 * **Rounds in turns.** Each contender is timed for a block, then the next, for ``rounds`` rounds; the
   first round goes in the given order, later rounds in seeded shuffles, so a shared machine's slow spell
   lands on every contender instead of one, and no contender always follows the same neighbour (a
-  library whose threads are still winding down slows whoever runs next). Medians pool every round.
+  library whose threads are still winding down slows whoever runs next). Medians pool every round. A
+  contender whose library keeps spinning after its runs (an ONNX Runtime session run exclusively) is
+  followed by a pause (``Contender.wind_down_s``): measured, it slowed the next plan 2.2x at once and not
+  at all 50 ms later.
 * **Twins.** A contender may be the identical twin of another (a second session of the same model):
   the ratio of their medians is the noise of this very measurement.
 * **Settling** (:class:`Settle`): a decision's contest runs more batches of rounds, pooled, while its twins
@@ -78,6 +81,9 @@ class Contender:
     call: Callable[[], object]
     twin_of: str | None = None
     simplicity: float = 0.0
+    #: seconds to wait after this contender's turn while its library's idle threads wind down
+    #: (:data:`~rlcompile.threads.SPIN_WIND_DOWN_S` for an ONNX Runtime session that spins between runs)
+    wind_down_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -188,11 +194,12 @@ def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> Measur
 
 def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]], config: MeasureConfig,
                rounds: int, rng: np.random.Generator, in_order_first: bool = True,
-               deadline: float | None = None) -> tuple[list[float], int]:  # fmt: skip
+               deadline: float | None = None, wind_down_s: Sequence[float] | None = None,
+               ) -> tuple[list[float], int]:  # fmt: skip
     """Time each call in turn for ``rounds`` rounds, adding to its ``samples``: the first round in the given
     order (unless ``in_order_first`` is off), the others in shuffles from ``rng``; past ``deadline``, no further
-    round starts once :data:`MIN_ROUNDS` are done. Returns the seconds each call's turns took (warm-ups
-    included) and the rounds done."""
+    round starts once :data:`MIN_ROUNDS` are done; ``wind_down_s``: seconds to wait after each call's turn.
+    Returns the seconds each call's turns took (warm-ups and waits included) and the rounds done."""
     seconds = [0.0] * len(calls)
     for round_index in range(rounds):
         if deadline is not None and round_index >= MIN_ROUNDS and time.monotonic() > deadline:
@@ -201,6 +208,8 @@ def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]]
         for index in order:
             started = time.monotonic()
             samples[index].extend(measure_latency(calls[index], config).samples_ms)
+            if wind_down_s and wind_down_s[index] > 0:
+                time.sleep(wind_down_s[index])
             seconds[index] += time.monotonic() - started
     return seconds, rounds
 
@@ -227,18 +236,19 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
     if len(set(labels)) != len(labels):
         raise ValueError(f"contender labels must be unique: {labels}")
     calls = [contender.call for contender in contenders]
+    pauses = [contender.wind_down_s for contender in contenders]
     samples: list[list[float]] = [[] for _ in calls]
     rng = np.random.default_rng(0)
     deadline = settle.deadline if settle is not None else None
     # seconds per contender, for the next batch's estimate; a slow model's first batch stops at the deadline
-    turns, done = take_turns(calls, samples, timing, rounds, rng, deadline=deadline)
+    turns, done = take_turns(calls, samples, timing, rounds, rng, deadline=deadline, wind_down_s=pauses)
     standings, batches = tally(contenders, samples, done), 1
     while settle is not None and done == batches * rounds:
         active = in_contention(contenders, standings, settle.contention)
         if not settle.allows(standings.noise, batches, sum(turns[i] for i in active)):
             break
         spent, _ = take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng,
-                              in_order_first=False)  # fmt: skip
+                              in_order_first=False, wind_down_s=[pauses[i] for i in active])  # fmt: skip
         for index, seconds in zip(active, spent, strict=True):
             turns[index] = seconds
         batches, done = batches + 1, done + rounds

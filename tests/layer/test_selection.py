@@ -315,3 +315,41 @@ def test_a_late_calibration_is_corrected_by_the_probes_measurement_of_the_single
     assert table.notes["context_factor"] == {"a": pytest.approx(2.0), "b": pytest.approx(FACTOR_RANGE[1])}
     assert table.notes["ort_native_ms"] == 4.5 and len(events) == 1
     assert not recalibrate(table, [mixed], 4.5, events.append)  # no single-library plan measured: nothing to fit
+
+
+def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):
+    """Each probe prices a plan's segments once: the second one re-times the single-library plans (each library's
+    drift) and the plans the first one's corrections led to, never the plans it already priced."""
+    import copy
+
+    from rlcompile import runtimes
+    from rlcompile.events import ignore
+    from rlcompile.layer import solvers
+    from rlcompile.layer.problem import SelectionProblem
+    from rlcompile.layer.selection import candidate_plans, refine
+
+    grouped = selection.grouped
+    created = {name: runtimes.create(name) for name in ("ort", "openvino", "torch")}
+    half = len(grouped.groups) // 2
+    mixed = ["ort"] * half + ["openvino"] * (len(grouped.groups) - half)
+    problem = SelectionProblem(copy.deepcopy(selection.table))  # the fixture's table stays as it was
+    candidates = candidate_plans(problem, [("mixed", mixed), ("single:ort", ["ort"] * len(mixed)),
+                                           ("single:openvino", ["openvino"] * len(mixed))])  # fmt: skip
+    for candidate in candidates:
+        candidate.engine = grouped.engine(candidate.assignment, 1, created)
+    solver = solvers.create("exact")
+    natives = {"ort native": selection.native_calls["ort native"]}
+    problem, result = refine(problem, solver.solve(problem, 0), candidates, natives, grouped.feeds, solver, 0,
+                             "exact", QUICK, ignore)  # fmt: skip
+    first = {id(c): c.segment_ms for c in candidates if c.probed}
+    assert len(first) == 3 and all(ms is not None for ms in first.values())
+    assert all(c.measured is None for c in candidates)  # the final contest measures every plan afresh
+    for candidate in candidates:
+        if candidate.engine is None:
+            candidate.engine = grouped.engine(candidate.assignment, 1, created)
+    refine(problem, result, candidates, natives, grouped.feeds, solver, 0, "exact", QUICK, ignore, round_index=2)
+    assert all(c.probed for c in candidates if any("(refined)" in label for label in c.labels))
+    by_label = {", ".join(c.labels): c for c in candidates}
+    assert by_label["mixed"].segment_ms is first[id(by_label["mixed"])]  # priced once, not timed again
+    singles = [c for c in candidates if c.single]
+    assert singles and all(c.segment_ms is not first[id(c)] for c in singles)  # re-timed: the drift now

@@ -116,3 +116,22 @@ def test_a_contest_fitted_to_a_deadline_times_a_slow_model_once_per_block():
 
     standings = run_contest([Contender("slow", slow)], fitted, rounds=2)
     assert standings["slow"].repeats == 2 and calls[0] == 4  # per block: one warm-up call and one timed call
+
+
+def test_the_contest_waits_after_a_contender_whose_threads_spin_on_so_that_the_next_one_is_not_slowed():
+    """A spinning ONNX Runtime session slows whoever runs next for tens of ms; the contest waits that out."""
+    after: list[float] = []
+    ended = [0.0]
+
+    def spinner():
+        time.sleep(0.001)
+        ended[0] = time.monotonic()
+
+    def follower():
+        after.append(time.monotonic() - ended[0])
+        time.sleep(0.001)
+
+    single = MeasureConfig(warmup=0, min_repeats=1, min_time_s=0.0, max_time_s=1.0, floor_repeats=1)
+    run_contest([Contender("spins", spinner, wind_down_s=0.03), Contender("next", follower)], single, rounds=6)
+    # one call per turn: every call of "next" came 30 ms or more after the last call of "spins"
+    assert min(gap for gap in after if gap < 1.0) >= 0.03
