@@ -496,8 +496,9 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
         settle = Settle(max_batches=1, deadline=deadline)
     stats = time_candidates_once(timed, {"ort native": natives["ort native"]}, probe, feeds, settle=settle,
                                  clocked=True)  # fmt: skip
-    recalibrated = late_calibration(problem.table) and recalibrate(problem.table, timed,
-                                                                    stats["ort native"].median_ms, progress)
+    # the first probe only: later ones would fit the library factors to prices the segments have corrected since
+    recalibrated = round_index == 1 and late_calibration(problem.table) and recalibrate(
+        problem.table, timed, stats["ort native"].median_ms, progress)  # fmt: skip
     if recalibrated:
         problem = SelectionProblem(problem.table)
     then = problem.table.notes.get("ort_native_ms")
