@@ -46,7 +46,7 @@ def ort_session_config() -> dict[str, str]:
 
 #: How long ONNX Runtime's workers keep spinning after a run of a session that keeps its own idle policy (an
 #: ``exclusive`` one): measured on the 2-core Zen 4 VM, ocr-det's 15-segment plan run right after ORT native took
-#: 2.2x its time at once, 1.5x 10 ms later and its own time 50 ms later (after a quiet session: its own time).
+#: 1.4-2.2x its time at once, 1.3-1.5x 10 ms later and its own time 50 ms later (after a quiet session: its own time).
 #: A contest waits this long after such a contender's turn, so that it does not slow whoever runs next.
 SPIN_WIND_DOWN_S = 0.05
 
