@@ -9,7 +9,7 @@ over another. They all time the same way, here:
   lands on every contender instead of one, and no contender always follows the same neighbour (a
   library whose threads are still winding down slows whoever runs next). Medians pool every round. A
   contender whose library keeps spinning after its runs (an ONNX Runtime session run exclusively) is
-  followed by a pause (``Contender.wind_down_s``): measured, it slowed the next plan 2.2x at once and not
+  followed by a pause (``Contender.wind_down_s``): measured, it slowed the next plan 1.4-2.2x at once and not
   at all 50 ms later.
 * **Twins.** A contender may be the identical twin of another (a second session of the same model):
   the ratio of their medians is the noise of this very measurement.
