@@ -51,7 +51,7 @@ def ort_session_config() -> dict[str, str]:
 SPIN_WIND_DOWN_S = 0.05
 
 
-def spins_after_run(library: str, exclusive: bool) -> bool:
-    """Whether a session of ``library`` keeps its workers spinning after its runs (ONNX Runtime run exclusively:
-    natively, or as a plan's only segment)."""
-    return library == "ort" and (exclusive or spinning_allowed())
+def wind_down_s(library: str, exclusive: bool) -> float:
+    """How long a contest waits after the turn of a session of ``library``: :data:`SPIN_WIND_DOWN_S` when its
+    workers keep spinning after its runs (ONNX Runtime run exclusively: natively, or as a plan's only segment)."""
+    return SPIN_WIND_DOWN_S if library == "ort" and (exclusive or spinning_allowed()) else 0.0

@@ -69,7 +69,7 @@ from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.models.zoo import cache_dir
 from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
-from rlcompile.threads import SPIN_WIND_DOWN_S, spinning_allowed, spins_after_run
+from rlcompile.threads import spinning_allowed, wind_down_s
 
 GROUP_TABLE_VERSION = 6
 #: Timing of a whole single-library plan during calibration.
@@ -495,8 +495,7 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
                   for name, engine in engines.items()]  # fmt: skip
     if grouped.original is not None:
         native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
-        contenders.append(Contender(NATIVE, native.timer(feeds), wind_down_s=SPIN_WIND_DOWN_S
-                                    if spins_after_run(REFERENCE_RUNTIME, exclusive=True) else 0.0))  # fmt: skip
+        contenders.append(Contender(NATIVE, native.timer(feeds), wind_down_s=wind_down_s(REFERENCE_RUNTIME, True)))
     standings = run_contest(contenders, timing, MIN_ROUNDS if late else DECISION_ROUNDS)
     measured = {name: standings.median(name) for name in plans}
     table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": {},

@@ -66,7 +66,7 @@ from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.runtimes.ort import run_proto
-from rlcompile.threads import SPIN_WIND_DOWN_S, spins_after_run
+from rlcompile.threads import wind_down_s
 from rlcompile.verify import Agreement, compare_outputs
 
 #: Candidates measured within this fraction of the fastest are ties (then fewer segments wins).
@@ -417,11 +417,10 @@ def select_segments(
     # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
     # only when it leaves the final contest its time
     for round_index in range(1, REFINE_ROUNDS + 1):
-        unprobed = [c for c in candidates if not c.probed and c.engine and c.error is None]
-        if not any(is_mixed(c) for c in unprobed):
+        timed = [c for c in probe_candidates(candidates) if c.engine is not None and c.error is None]
+        if not any(is_mixed(c) and not c.probed for c in timed):
             break
-        timed = len(unprobed) + sum(bool(c.single) and c.probed for c in candidates)
-        fits, until = probe_deadline(deadline, floor_s, contest_floor_s(call_s, timed + 1))
+        fits, until = probe_deadline(deadline, floor_s, contest_floor_s(call_s, len(timed) + 1))
         if not fits:
             break
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
@@ -487,7 +486,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     """
     progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
     fresh = [c for c in candidates if not c.probed]
-    timed = [c for c in candidates if not c.probed or c.single]
+    timed = probe_candidates(candidates)
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
     settle = None
     if deadline is not None:
@@ -524,6 +523,12 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     for candidate in candidates:
         candidate.measured = None
     return problem, result
+
+
+def probe_candidates(candidates: list[Candidate]) -> list[Candidate]:
+    """What a probe times: the plans no probe has measured yet, and the single-library plans (each library's speed
+    now against the calibration's)."""
+    return [c for c in candidates if not c.probed or c.single]
 
 
 def price_in_context(problem: SelectionProblem, candidates: list[Candidate], drift: Drift,
@@ -563,13 +568,12 @@ def recalibrate(table: LookupTable, candidates: list[Candidate], ort_native_ms: 
     Measured on 12 corpus models at ``select --budget 60s``, where every profile was cut short: the late
     calibration's ORT native was 0.58-1.43x what the final contest measured, and its factors carried that error.
     """
-    plans = {library: c.assignment for c in candidates if c.measured is not None for library in c.single}
-    ordered = sorted(plans, key=lambda name: name != table.default)
+    measured = {library: c for c in candidates if c.measured is not None for library in c.single}
+    ordered = sorted(measured, key=lambda name: name != table.default)
     if not ordered:
         return False
-    times = single_library_times(candidates)
-    times = {name: times[name] for name in ordered}
-    applied = fit_library_factors(table, {name: plans[name] for name in ordered}, times)
+    times = {name: measured[name].measured.median_ms for name in ordered}
+    applied = fit_library_factors(table, {name: measured[name].assignment for name in ordered}, times)
     table.notes["ort_native_ms"] = ort_native_ms
     table.notes["single_library_ms"] = times
     said = ", ".join(f"{name} x{factor:.2f}" for name, factor in applied.items())
@@ -612,14 +616,14 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
     """
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
     # the twins run first and ORT native last in the first round, so their ratio spans the round
-    probes = [Contender(name, call, twin_of=PROBES[name], wind_down_s=native_wind_down(name))
+    pause = {name: wind_down_s(name.split()[0], exclusive=True) for name in natives}  # "ort native": its library
+    probes = [Contender(name, call, twin_of=PROBES[name], wind_down_s=pause[name])
               for name, call in natives.items() if name in PROBES]  # fmt: skip
     clocks = [[[] for _ in c.engine.compiled] if clocked else None for c in runnable]
     plans = [Contender(f"plan {index}", lambda c=c, clock=clock: c.engine.run(feeds, clock),
                        native_twin(c, native_proto, natives), c.segments, c.engine.wind_down_s)
              for index, (c, clock) in enumerate(zip(runnable, clocks, strict=True))]  # fmt: skip
-    others = [Contender(name, call, wind_down_s=native_wind_down(name)) for name, call in natives.items()
-              if name not in PROBES]  # fmt: skip
+    others = [Contender(name, call, wind_down_s=pause[name]) for name, call in natives.items() if name not in PROBES]
     standings = run_contest([*probes, *plans, *others], spread_over(timing, ROUNDS), ROUNDS, settle)
     report_noise(standings, progress)
     for candidate, contender, clock in zip(runnable, plans, clocks, strict=True):
@@ -627,11 +631,6 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
         if clock is not None:
             candidate.segment_ms = [1e3 * float(np.median(seconds)) for seconds in clock]
     return standings
-
-
-def native_wind_down(label: str) -> float:
-    """What a contest waits after a native run's turn (``"ort native"``: its session spins after runs)."""
-    return SPIN_WIND_DOWN_S if spins_after_run(label.split()[0], exclusive=True) else 0.0
 
 
 def report_noise(standings: Standings, progress: Listener) -> None:
