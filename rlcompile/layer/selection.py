@@ -118,6 +118,8 @@ class Candidate:
     probed: bool = False
     #: each segment's median milliseconds inside the plan's runs, when the probe timed them
     segment_ms: list[float] | None = None
+    #: the plan's block median in each round of the contest that measured it, by round number
+    round_ms: dict[int, float] | None = None
 
     @property
     def segments(self) -> int:
@@ -140,7 +142,9 @@ class Candidate:
             "error": self.error,
             "accuracy": self.accuracy.to_json() if self.accuracy else None,
             "probed": self.probed,
+            "single": self.single,
             "segment_ms": self.segment_ms,
+            "round_ms": self.round_ms,
         }
 
 
@@ -163,6 +167,15 @@ class Selection:
     rounds: int = 0  # how many rounds the final contest took
     #: the native runs' timers (sessions compiled once: the precision searches' final contest times them again)
     native_calls: dict[str, Callable[[], object]] = field(default_factory=dict, repr=False)
+    #: each native run's block median in each round of the final contest, by round number
+    native_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
+
+    def take_final(self, final: Standings) -> None:
+        """Record the final contest's native runs (their latencies and blocks by round) and its rounds."""
+        names = self.native_calls or self.natives
+        self.natives = {name: final[name] for name in names}
+        self.native_round_ms = {name: final.round_ms.get(name, {}) for name in names}
+        self.rounds = final.rounds
 
     @property
     def drift(self) -> float:
@@ -189,6 +202,43 @@ class Selection:
             return candidate.predicted_ms
         problem = self.problem
         return candidate.predicted_ms * self.drifts.of_plan(problem, problem.choices(candidate.assignment))
+
+    def round_ratios(self, candidate: Candidate) -> list[float]:
+        """The candidate's measurement over the table's prediction in each round of the final contest, the
+        prediction at each library's speed in that same round (its single-library plan's block then, over the
+        calibration's; ORT native's for a library without one). Only the rounds that timed every library the plan
+        uses count.
+
+        Why by round: the 2-core Zen 4 VM ran ONNX Runtime 2x slower (OpenVINO 1.45x) in spells of 10-70 s
+        (``benchmarks/machine_state.py``), a contest's rounds fall on both sides of a spell's edge, and the medians
+        pooled over them mix the two speeds in different shares for each contender. A round is a few seconds: the
+        plan and the libraries' speeds it is judged against are then measured in one state of the machine.
+        """
+        if not candidate.round_ms or not math.isfinite(candidate.predicted_ms):
+            return []
+        then = self.table.notes.get("single_library_ms") or {}
+        then_ort = self.table.notes.get("ort_native_ms")
+        singles = {library: c.round_ms for c in self.candidates if c.round_ms for library in c.single}
+        ort = self.native_round_ms.get("ort native", {})
+        problem = self.problem
+        choices = problem.choices(candidate.assignment)
+        ratios = []
+        for number, ms in sorted(candidate.round_ms.items()):
+            now = {library: blocks[number] for library, blocks in singles.items() if number in blocks}
+            default = ort[number] / then_ort if then_ort and number in ort else None
+            if default is None or any(library in then and library not in now for library in set(candidate.assignment)):
+                continue
+            drift = measure_drift(then, now, default)
+            ratios.append(ms / (candidate.predicted_ms * drift.of_plan(problem, choices)))
+        return ratios
+
+    def measured_over_expected(self, candidate: Candidate) -> float:
+        """How far the table's prediction was off for a measured candidate: the median of :meth:`round_ratios`, or,
+        without them, the pooled measurement over :meth:`expected_ms` (NaN without a prediction)."""
+        ratios = self.round_ratios(candidate)
+        if ratios:
+            return float(np.median(ratios))
+        return candidate.measured.median_ms / self.expected_ms(candidate) if candidate.measured else float("nan")
 
     @cached_property
     def problem(self) -> SelectionProblem:
@@ -233,6 +283,9 @@ class Selection:
             "drift": self.drift,
             "drift_by_library": self.drifts.to_dict(),
             "expected_ms": {", ".join(c.labels): self.expected_ms(c) for c in self.candidates},
+            "measured_over_expected": {", ".join(c.labels): self.measured_over_expected(c)
+                                       for c in self.candidates if c.measured},
+            "native_round_ms": self.native_round_ms,
             "groups": self.group_rows(),
         }
 
@@ -435,9 +488,11 @@ def select_segments(
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
                                       skip=natively_run(candidates, original))  # fmt: skip
-    stats, rounds = time_candidates(grouped, candidates, natives, timing, progress, deadline, original.proto)
-    return Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
-                     pick(candidates), stats, unavailable, rounds, natives)  # fmt: skip
+    final = time_candidates(grouped, candidates, natives, timing, progress, deadline, original.proto)
+    selection = Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
+                          pick(candidates), unavailable=unavailable, native_calls=natives)  # fmt: skip
+    selection.take_final(final)
+    return selection
 
 
 def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:
@@ -521,7 +576,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     for candidate in timed:
         candidate.probed = candidate.probed or candidate.measured is not None
     for candidate in candidates:
-        candidate.measured = None
+        candidate.measured, candidate.round_ms = None, None
     return problem, result
 
 
@@ -628,6 +683,7 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
     report_noise(standings, progress)
     for candidate, contender, clock in zip(runnable, plans, clocks, strict=True):
         candidate.measured = standings[contender.label]
+        candidate.round_ms = standings.round_ms.get(contender.label)
         if clock is not None:
             candidate.segment_ms = [1e3 * float(np.median(seconds)) for seconds in clock]
     return standings
@@ -657,19 +713,17 @@ def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, nati
 
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
                     timing: MeasureConfig, progress: Listener, deadline: float | None = None,
-                    native_proto: onnx.ModelProto | None = None) -> tuple[dict[str, LatencyStats], int]:  # fmt: skip
+                    native_proto: onnx.ModelProto | None = None) -> Standings:  # fmt: skip
     """The final measurement: every candidate and every native run, in one contest (shortened to end by
     ``deadline`` when there is one, down to a floor), settled: more rounds while the twins differ by more
-    than :data:`~rlcompile.measure.contest.SETTLED_NOISE` and the deadline allows. Returns the native runs'
-    latencies and the rounds the contest took."""
+    than :data:`~rlcompile.measure.contest.SETTLED_NOISE` and the deadline allows. Returns its standings."""
     runnable = sum(c.engine is not None and c.error is None for c in candidates)
     if deadline is not None:  # the first batch of rounds takes a part of the time left, settling the rest
         seconds = FIRST_BATCH_SHARE * (deadline - time.monotonic())
         timing = contest.fit_within(timing, runnable + len(natives), seconds)
     progress(Phase("layer", f"timing {runnable} plans and {len(natives)} native runs in turns", "measure"))
-    standings = time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto,
-                                     Settle(deadline=deadline), progress)  # fmt: skip
-    return {name: standings[name] for name in natives}, standings.rounds
+    return time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto, Settle(deadline=deadline),
+                                progress)  # fmt: skip
 
 
 def later_compiles(libraries: int) -> int:

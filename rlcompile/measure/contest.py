@@ -124,6 +124,8 @@ class Standings:
     twins: dict[str, str] = field(default_factory=dict)
     simplicity: dict[str, float] = field(default_factory=dict)
     rounds: int = 0
+    #: each contender's block median by round number: what it ran at in the machine's state of that round
+    round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def __getitem__(self, label: str) -> LatencyStats:
         return self.stats[label]
@@ -195,10 +197,12 @@ def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> Measur
 def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]], config: MeasureConfig,
                rounds: int, rng: np.random.Generator, in_order_first: bool = True,
                deadline: float | None = None, wind_down_s: Sequence[float] | None = None,
+               blocks: Sequence[dict[int, float]] | None = None, first_round: int = 0,
                ) -> tuple[list[float], int]:  # fmt: skip
     """Time each call in turn for ``rounds`` rounds, adding to its ``samples``: the first round in the given
     order (unless ``in_order_first`` is off), the others in shuffles from ``rng``; past ``deadline``, no further
-    round starts once :data:`MIN_ROUNDS` are done; ``wind_down_s``: seconds to wait after each call's turn.
+    round starts once :data:`MIN_ROUNDS` are done; ``wind_down_s``: seconds to wait after each call's turn;
+    ``blocks``: each call's block median by round number (counted from ``first_round``).
     Returns the seconds each call's turns took (warm-ups and waits included) and the rounds done."""
     seconds = [0.0] * len(calls)
     for round_index in range(rounds):
@@ -207,7 +211,10 @@ def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]]
         order = range(len(calls)) if round_index == 0 and in_order_first else rng.permutation(len(calls))
         for index in order:
             started = time.monotonic()
-            samples[index].extend(measure_latency(calls[index], config).samples_ms)
+            block = measure_latency(calls[index], config)
+            samples[index].extend(block.samples_ms)
+            if blocks is not None:
+                blocks[index][first_round + round_index] = block.median_ms
             if wind_down_s and wind_down_s[index] > 0:
                 time.sleep(wind_down_s[index])
             seconds[index] += time.monotonic() - started
@@ -238,21 +245,24 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
     calls = [contender.call for contender in contenders]
     pauses = [contender.wind_down_s for contender in contenders]
     samples: list[list[float]] = [[] for _ in calls]
+    blocks: list[dict[int, float]] = [{} for _ in calls]
     rng = np.random.default_rng(0)
     deadline = settle.deadline if settle is not None else None
     # seconds per contender, for the next batch's estimate; a slow model's first batch stops at the deadline
-    turns, done = take_turns(calls, samples, timing, rounds, rng, deadline=deadline, wind_down_s=pauses)
-    standings, batches = tally(contenders, samples, done), 1
+    turns, done = take_turns(calls, samples, timing, rounds, rng, deadline=deadline, wind_down_s=pauses,
+                             blocks=blocks)  # fmt: skip
+    standings, batches = tally(contenders, samples, done, blocks), 1
     while settle is not None and done == batches * rounds:
         active = in_contention(contenders, standings, settle.contention)
         if not settle.allows(standings.noise, batches, sum(turns[i] for i in active)):
             break
         spent, _ = take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng,
-                              in_order_first=False, wind_down_s=[pauses[i] for i in active])  # fmt: skip
+                              in_order_first=False, wind_down_s=[pauses[i] for i in active],
+                              blocks=[blocks[i] for i in active], first_round=done)  # fmt: skip
         for index, seconds in zip(active, spent, strict=True):
             turns[index] = seconds
         batches, done = batches + 1, done + rounds
-        standings = tally(contenders, samples, done)
+        standings = tally(contenders, samples, done, blocks)
     return standings
 
 
@@ -266,8 +276,10 @@ def in_contention(contenders: Sequence[Contender], standings: Standings, content
     return [index for index, c in enumerate(contenders) if c.label in kept | copied | set(standings.twins)]
 
 
-def tally(contenders: Sequence[Contender], samples: list[list[float]], rounds: int) -> Standings:
-    """The standings of ``contenders`` from their pooled ``samples``."""
+def tally(contenders: Sequence[Contender], samples: list[list[float]], rounds: int,
+          blocks: Sequence[dict[int, float]] | None = None) -> Standings:  # fmt: skip
+    """The standings of ``contenders`` from their pooled ``samples`` (and their blocks by round)."""
+    by_round = {c.label: dict(one) for c, one in zip(contenders, blocks, strict=True)} if blocks else {}
     return Standings({c.label: summarize(values) for c, values in zip(contenders, samples, strict=True)},
                      {c.label: c.twin_of for c in contenders if c.twin_of is not None},
-                     {c.label: c.simplicity for c in contenders}, rounds)  # fmt: skip
+                     {c.label: c.simplicity for c in contenders}, rounds, by_round)  # fmt: skip

@@ -160,8 +160,8 @@ def candidates_table(selection) -> Table:
     table = Table(title=f"{selection.model.name}: plans run end to end ({selection.threads} threads)")
     drifts = ", ".join(f"{name} x{factor:.2f}" for name, factor in selection.drifts.by_library.items())
     for column in ("plan", "segments", "library mix", "predicted ms", "measured ms",
-                   f"measured/(pred. at today's speed: {drifts or f'x{selection.drift:.2f}'})", "vs ORT native",
-                   "agrees"):  # fmt: skip
+                   f"measured/pred. (per round, at its libraries' speed; pooled {drifts or f'x{selection.drift:.2f}'})",
+                   "vs ORT native", "agrees"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("plan", "library mix") else "right")
     for candidate in selection.candidates:
         mix = ", ".join(f"{name} x{count}" for name, count in candidate.library_mix().items())
@@ -174,7 +174,7 @@ def candidates_table(selection) -> Table:
         accuracy = candidate.accuracy
         agrees = f"{accuracy.metric} +{accuracy.excess:.1e} (<= {accuracy.tolerance:g})" if accuracy else "yes"
         table.add_row(label, str(candidate.segments), mix, f"{candidate.predicted_ms:.3f}", f"{measured:.3f}",
-                      f"{measured / selection.expected_ms(candidate):.2f}", versus, agrees)  # fmt: skip
+                      f"{selection.measured_over_expected(candidate):.2f}", versus, agrees)  # fmt: skip
     for name, stats in selection.natives.items():
         versus = f"{stats.median_ms / ort_native.median_ms:.3f}x" if ort_native else ""
         table.add_row(f"[dim]{name} (original model)[/dim]", "", "", "", f"{stats.median_ms:.3f}", "", versus, "")

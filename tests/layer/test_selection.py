@@ -353,3 +353,30 @@ def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_libra
     assert by_label["mixed"].segment_ms is first[id(by_label["mixed"])]  # priced once, not timed again
     singles = [c for c in candidates if c.single]
     assert singles and all(c.segment_ms is not first[id(c)] for c in singles)  # re-timed: the drift now
+
+
+def test_a_plan_is_judged_round_by_round_against_its_libraries_speed_in_that_round():
+    """A machine that slows for a spell moves a plan and the libraries' speeds together: each round's prediction is
+    at the speeds of that round, and a round missing a library the plan uses is not judged."""
+    from rlcompile.layer.selection import Selection
+    from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
+    notes = {"ort_native_ms": 2.0, "single_library_ms": {"a": 2.0, "b": 2.0}}
+    table = LookupTable("toy", ["g1", "g2"], {"g1": {"a": 1.0, "b": 1.0}, "g2": {"a": 1.0, "b": 1.0}},
+                        {"a": "a", "b": "b"}, edges, {}, host="host", default="a", notes=notes)  # fmt: skip
+    on_a = Candidate(["single:a"], ["a", "a"], 2.0, single=["a"], measured=summarize([2.0, 4.0, 2.0]),
+                     round_ms={0: 2.0, 1: 4.0, 2: 2.0})  # fmt: skip
+    on_b = Candidate(["single:b"], ["b", "b"], 2.0, single=["b"], measured=summarize([2.0, 2.0]),
+                     round_ms={0: 2.0, 1: 2.0})  # fmt: skip
+    # slow in round 1 with a; round 2 has no block of b's plan: not judged
+    mixed = Candidate(["mixed"], ["a", "b"], 2.0, measured=summarize([2.2, 3.3, 9.0]),
+                      round_ms={0: 2.2, 1: 3.3, 2: 9.0})  # fmt: skip
+    selection = Selection(None, None, "exact", 1, table, Path("toy"), False, None, [on_a, on_b, mixed], mixed,
+                          native_round_ms={"ort native": {0: 2.0, 1: 4.0, 2: 2.0}})  # fmt: skip
+    problem = selection.problem
+    share_a = Drift({"a": 2.0, "b": 1.0}).of_plan(problem, problem.choices(mixed.assignment))  # round 1's drift
+    assert selection.round_ratios(mixed) == pytest.approx([1.1, 3.3 / (2.0 * share_a)])
+    assert selection.measured_over_expected(mixed) == pytest.approx(np.median([1.1, 3.3 / (2.0 * share_a)]))
+    # a one-library plan needs only its own library's block: all three rounds, each 1 (it sets a's speed)
+    assert selection.round_ratios(on_a) == pytest.approx([1.0, 1.0, 1.0])

@@ -135,3 +135,14 @@ def test_the_contest_waits_after_a_contender_whose_threads_spin_on_so_that_the_n
     run_contest([Contender("spins", spinner, wind_down_s=0.03), Contender("next", follower)], single, rounds=6)
     # one call per turn: every call of "next" came 30 ms or more after the last call of "spins"
     assert min(gap for gap in after if gap < 1.0) >= 0.03
+
+
+def test_the_standings_keep_each_contenders_block_by_round_numbered_across_settling_batches():
+    contenders = [Contender("original", sleeper(2)), Contender("twin", slow_at_first(2, 4, 10), twin_of="original"),
+                  Contender("far behind", sleeper(6))]  # fmt: skip
+    settled = run_contest(contenders, BLOCKS, rounds=5, settle=Settle(target=0.2))
+    assert sorted(settled.round_ms["original"]) == list(range(10))
+    assert sorted(settled.round_ms["far behind"]) == list(range(5))  # out of contention after the first batch
+    twin = settled.round_ms["twin"]
+    assert twin[0] > 3 and twin[9] < 3  # its first calls were slow: the blocks say which rounds
+    assert all(5 < ms < 9 for ms in settled.round_ms["far behind"].values())

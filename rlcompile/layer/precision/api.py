@@ -118,9 +118,10 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     selection.candidates += finalists
     natives = selection.native_calls or make_native_timers(model, grouped.feeds, threads, created, progress)
     for candidate in selection.candidates:
-        candidate.measured = None
-    selection.natives, selection.rounds = time_candidates(grouped, selection.candidates, natives, timing, progress,
-                                                          final_deadline, model.proto)  # fmt: skip
+        candidate.measured, candidate.round_ms = None, None
+    selection.native_calls = natives
+    selection.take_final(time_candidates(grouped, selection.candidates, natives, timing, progress, final_deadline,
+                                         model.proto))  # fmt: skip
     selection.chosen = pick(selection.candidates)
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
