@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import onnx
 from rich.console import Console
 from rich.table import Table
@@ -128,8 +129,9 @@ def try_command(model: list[str], command: str, out: Path) -> dict:
 def plan_predictions(manifest: Path) -> list[dict] | None:
     """Every plan ``select`` measured: its labels, segments, library mix, the lookup table's prediction as made
     (``predicted_ms``) and at each library's speed in the final contest (``expected_ms``: what ``select`` prints,
-    the prediction times each library's drift since the calibration), the measurement, and the two's ratio judged
-    round by round (``measured_over_expected``: ``Selection.measured_over_expected``); ``single``: the libraries
+    the prediction times each library's drift since the calibration), the measurement, the two's ratio
+    (``measured_over_expected``) and its median over the final contest's rounds, each round's prediction at that
+    round's library speeds (``round_ratio``: ``Selection.round_ratios``); ``single``: the libraries
     whose single-library plan this is (its own measurement sets its library's drift). ``None`` when the manifest is
     missing."""
     if not manifest.exists():
@@ -137,16 +139,21 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
     selection = json.loads(manifest.read_text())["selection"]
     expected = selection.get("expected_ms", {})  # Selection.to_dict: by the candidate's labels
     ratios = selection.get("measured_over_expected", {})
+    by_round = {label: float(np.median(values)) for label, values in selection.get("round_ratios", {}).items()
+                if values}  # fmt: skip
     return [{"labels": c["labels"], "segments": c.get("segments"), "library_mix": c.get("library_mix"),
              "predicted_ms": c.get("predicted_ms"), "expected_ms": expected.get(", ".join(c["labels"])),
              "measured_ms": c.get("measured_ms"), "measured_over_expected": ratios.get(", ".join(c["labels"])),
+             "round_ratio": by_round.get(", ".join(c["labels"])),
              "probed": c.get("probed"), "single": c.get("single")}
             for c in selection["candidates"]]  # fmt: skip
 
 
-def prediction_ratio(plan: dict) -> float | None:
-    """A measured plan's measurement over its prediction: judged round by round where the run recorded it, else
-    the pooled measurement over the prediction at the final contest's speed (``None`` without a prediction)."""
+def prediction_ratio(plan: dict, by_round: bool = False) -> float | None:
+    """A measured plan's measurement over its prediction at the final contest's speed (``None`` without a
+    prediction); ``by_round``: the median over the contest's rounds instead, where the run recorded it."""
+    if by_round:
+        return plan.get("round_ratio")
     if plan.get("measured_over_expected") is not None:
         return plan["measured_over_expected"] if math.isfinite(plan["measured_over_expected"]) else None
     prediction = plan.get("expected_ms") or plan.get("predicted_ms")
@@ -154,13 +161,13 @@ def prediction_ratio(plan: dict) -> float | None:
         else None
 
 
-def predicted(plans: list[dict] | None, probed: bool | None = None,
-              single: bool | None = None) -> tuple[int, int, float | None]:  # fmt: skip
+def predicted(plans: list[dict] | None, probed: bool | None = None, single: bool | None = None,
+              by_round: bool = False) -> tuple[int, int, float | None]:  # fmt: skip
     """(plans within :data:`PREDICTION_BAND` of their measurement, plans with a prediction, the worst ratio of
     measured to predicted; :func:`prediction_ratio`). ``probed``: only the plans the refining probe measured (in
     sample: the table was corrected on them), or only the others; ``single``: only the single-library plans (they
     set their libraries' speed: near 1 by construction), or only the others."""
-    ratios = [ratio for plan in plans or [] if (ratio := prediction_ratio(plan)) is not None
+    ratios = [ratio for plan in plans or [] if (ratio := prediction_ratio(plan, by_round)) is not None
               and (probed is None or bool(plan.get("probed")) == probed)
               and (single is None or bool(plan.get("single")) == single)]  # fmt: skip
     worst = max(ratios, key=lambda ratio: abs(math.log(ratio))) if ratios else None
@@ -230,15 +237,18 @@ def markdown_summary(saved: dict) -> str:
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} | "
                      f"{prediction} |")  # fmt: skip
     plans = [row.get("plans") for key, row in saved.items() if key.endswith("/select")]
-    tally = {kind: [predicted(one, probed, single) for one in plans] for kind, probed, single in
-             (("all", None, None), ("single", None, True), ("others", None, False), ("probed", True, False),
-              ("unprobed", False, False))}  # fmt: skip
+    tally = {kind: [predicted(one, probed, single, by_round) for one in plans] for kind, probed, single, by_round in
+             (("all", None, None, False), ("single", None, True, False), ("others", None, False, False),
+              ("probed", True, False, False), ("unprobed", False, False, False),
+              ("others by round", None, False, True))}  # fmt: skip
     within, priced = ({kind: sum(c[index] for c in counts) for kind, counts in tally.items()} for index in (0, 1))
     lines += ["", f"The lookup table's predictions: {within['all']} of {priced['all']} plans that `select` measured "
               f"are within {PREDICTION_BAND:.0%} of their measurement: {within['single']} of {priced['single']} "
               f"single-library plans (they set their library's speed), {within['others']} of {priced['others']} others "
               f"({within['probed']} of {priced['probed']} that the refining probe measured first, "
-              f"{within['unprobed']} of {priced['unprobed']} it did not)."]
+              f"{within['unprobed']} of {priced['unprobed']} it did not). Judged round by round instead (each round's "
+              f"prediction at that round's library speeds, the median): {within['others by round']} of "
+              f"{priced['others by round']} others."]
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]

@@ -160,7 +160,7 @@ def candidates_table(selection) -> Table:
     table = Table(title=f"{selection.model.name}: plans run end to end ({selection.threads} threads)")
     drifts = ", ".join(f"{name} x{factor:.2f}" for name, factor in selection.drifts.by_library.items())
     for column in ("plan", "segments", "library mix", "predicted ms", "measured ms",
-                   f"measured/pred. (per round, at its libraries' speed; pooled {drifts or f'x{selection.drift:.2f}'})",
+                   f"measured/(pred. at today's speed: {drifts or f'x{selection.drift:.2f}'})",
                    "vs ORT native", "agrees"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("plan", "library mix") else "right")
     for candidate in selection.candidates:

@@ -96,3 +96,31 @@ def test_unknown_agent_is_a_clear_error():
 
     with pytest.raises(RlcompileError, match="unknown layer agent"):
         solvers.create("dqn")
+
+
+@pytest.mark.parametrize("name", sorted(solvers.SOLVERS))
+def test_every_solver_keeps_a_time_limit(name):
+    """A search fits its episodes into ``seconds`` (at least MIN_EPISODES); a one-pass solver answers as before."""
+    import time
+
+    from rlcompile.layer.solvers.base import MIN_EPISODES
+
+    problem = SelectionProblem(synthetic_table(40, seed=1))
+    solver = solvers.create(name, **({"episodes": 20000} if name in ("qlearning", "random") else {}))
+    started = time.monotonic()
+    result = solver.solve(problem, seed=0, seconds=0.2)
+    assert time.monotonic() - started < 2.0  # 20,000 episodes take far longer than that
+    assert len(result.plan) == len(problem) and result.total_ms == pytest.approx(problem.total(result.plan))
+    if name in ("qlearning", "random"):
+        assert MIN_EPISODES <= result.episodes < 20000 and len(result.history) == result.episodes
+        assert result.extra["episodes_planned"] == 20000
+
+
+def test_fitted_episodes_follow_the_pace_and_stay_within_the_plan():
+    from rlcompile.layer.solvers.base import MIN_EPISODES, fit_episodes
+
+    assert fit_episodes(1000, elapsed_s=0.1, done=25, seconds=None) == 1000
+    assert fit_episodes(1000, elapsed_s=0.1, done=25, seconds=1.0) == 250
+    assert fit_episodes(1000, elapsed_s=0.1, done=25, seconds=100.0) == 1000
+    assert fit_episodes(1000, elapsed_s=1.0, done=25, seconds=0.0) == MIN_EPISODES
+    assert fit_episodes(30, elapsed_s=1.0, done=25, seconds=0.0) == 30  # a plan below the floor is kept

@@ -30,7 +30,21 @@ class Solver(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult: ...
+    def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
+        """The plan this solver chooses on ``problem``. ``seconds``: the time it may take; a search fits its
+        episodes into it (:func:`fit_episodes`), a solver that answers in one pass ignores it."""
+
+
+#: A search under a time limit runs at least this many episodes, and times this many before fitting the rest.
+MIN_EPISODES = 50
+
+
+def fit_episodes(planned: int, elapsed_s: float, done: int, seconds: float | None) -> int:
+    """How many episodes a search runs in all: ``planned``, or fewer when ``done`` episodes took ``elapsed_s`` and
+    the rest at that pace would pass ``seconds`` (never below :data:`MIN_EPISODES`)."""
+    if seconds is None or done == 0 or elapsed_s <= 0:
+        return planned
+    return max(min(planned, MIN_EPISODES), min(planned, int(seconds * done / elapsed_s)))
 
 
 def default_episodes(problem: SelectionProblem) -> int:

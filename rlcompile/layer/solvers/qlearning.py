@@ -13,12 +13,13 @@ The answer is the best complete plan seen, by its undiscounted total, not the gr
 from __future__ import annotations
 
 import random
+import time
 from collections import deque
 
 import numpy as np
 
 from rlcompile.layer.problem import SelectionProblem
-from rlcompile.layer.solvers.base import Solver, SolverResult, default_episodes
+from rlcompile.layer.solvers.base import MIN_EPISODES, Solver, SolverResult, default_episodes, fit_episodes
 
 Transition = tuple[tuple[int, int], int, float, tuple[int, int] | None]
 
@@ -40,13 +41,19 @@ class QLearning(Solver):
             return 1.0
         return max(0.0, 0.9 - 0.1 * int((fraction - 0.5) / 0.05))
 
-    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+    def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
+        """``seconds``: the episodes are fitted to it after the first :data:`MIN_EPISODES` (all exploring: epsilon
+        is 1 for the first half of any run that long), so the schedule still ends greedy."""
         rng = random.Random(seed)
-        total_episodes = self.episodes or default_episodes(problem)
+        planned = total_episodes = self.episodes or default_episodes(problem)
         q: dict[tuple[int, int], np.ndarray] = {}
         replay: deque[list[Transition]] = deque(maxlen=self.replay_size)
         best_plan, best_total, history = None, float("inf"), []
-        for episode in range(total_episodes):
+        started = time.monotonic()
+        episode = 0
+        while episode < total_episodes:
+            if episode == MIN_EPISODES // 2:  # within the first half of even the shortest fitted run
+                total_episodes = fit_episodes(planned, time.monotonic() - started, episode, seconds)
             plan, transitions = self.run_episode(problem, q, self.epsilon(episode, total_episodes), rng)
             total = -sum(reward for _, _, reward, _ in transitions)
             if total < best_total:
@@ -56,7 +63,9 @@ class QLearning(Solver):
             self.learn(q, problem, transitions)
             for _ in range(self.replays_per_episode):
                 self.learn(q, problem, rng.choice(replay))
-        return SolverResult(best_plan, best_total, total_episodes, history, {"states": len(q)})
+            episode += 1
+        return SolverResult(best_plan, best_total, total_episodes, history,
+                            {"states": len(q), "episodes_planned": planned})  # fmt: skip
 
     def values(self, q: dict, problem: SelectionProblem, state: tuple[int, int]) -> np.ndarray:
         if state not in q:

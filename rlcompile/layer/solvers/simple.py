@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
+import time
 
 from rlcompile.layer.problem import SelectionProblem, best_within_library, exact
-from rlcompile.layer.solvers.base import Solver, SolverResult, default_episodes
+from rlcompile.layer.solvers.base import MIN_EPISODES, Solver, SolverResult, default_episodes, fit_episodes
 
 
 class RandomSearch(Solver):
@@ -16,17 +17,20 @@ class RandomSearch(Solver):
     def __init__(self, episodes: int | None = None) -> None:
         self.episodes = episodes
 
-    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+    def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
         rng = random.Random(seed)
         best_plan, best_total, history = None, float("inf"), []
-        episodes = self.episodes or default_episodes(problem)
-        for _ in range(episodes):
+        planned = episodes = self.episodes or default_episodes(problem)
+        started = time.monotonic()
+        while len(history) < episodes:
             plan = [rng.randrange(len(options)) for options in problem.options]
             total = problem.total(plan)
             if total < best_total:
                 best_plan, best_total = plan, total
             history.append(best_total)
-        return SolverResult(best_plan, best_total, episodes, history)
+            if len(history) == MIN_EPISODES:
+                episodes = fit_episodes(planned, time.monotonic() - started, MIN_EPISODES, seconds)
+        return SolverResult(best_plan, best_total, len(history), history, {"episodes_planned": planned})
 
 
 class Greedy(Solver):
@@ -34,7 +38,7 @@ class Greedy(Solver):
 
     name = "greedy"
 
-    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+    def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
         plan = [problem.fastest(layer) for layer in range(len(problem))]
         return SolverResult(plan, problem.total(plan))
 
@@ -44,7 +48,7 @@ class Exact(Solver):
 
     name = "exact"
 
-    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+    def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
         result = exact(problem)
         return SolverResult(result.plan, result.total_ms, extra={"proven_optimal": result.proven_optimal,
                                                                  "widest_state_set": result.max_states})  # fmt: skip
@@ -55,7 +59,7 @@ class SingleLibrary(Solver):
 
     name = "single"
 
-    def solve(self, problem: SelectionProblem, seed: int = 0) -> SolverResult:
+    def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
         per_library = {library: best_within_library(problem, library) for library in problem.table.libraries()}
         library, (plan, total) = min(per_library.items(), key=lambda item: item[1][1])
         per_library_ms = {name: value[1] for name, value in per_library.items()}
