@@ -56,7 +56,9 @@ def journal_lines(path: Path) -> list[str]:
 def test_tune_killed_resumes_without_loss_or_double_count_refuses_a_second_process_and_a_full_disk(tmp_path: Path):
     work = tmp_path / "work"
     journal = work / "measurements.jsonl"
-    command = ["tune", "lenet5", "--strategy", "random", "--trials", "24", "--batch-size", "8", "--seed", "5",
+    # enough batches that the first process still runs when the second one has started (about 10 s of imports and
+    # task extraction on a 2-core VM running 2.5-5x slower than usual, when 24 trials had all been measured by then)
+    command = ["tune", "lenet5", "--strategy", "random", "--trials", "48", "--batch-size", "8", "--seed", "5",
                "--work-dir", str(work)]  # fmt: skip
     first = start(*command)
     wait_for(lambda: len(journal_lines(journal)) >= 8, first)
@@ -82,7 +84,7 @@ def test_tune_killed_resumes_without_loss_or_double_count_refuses_a_second_proce
 
     # the disk fills up: the journal cannot grow by a byte (ulimit -f at its size), the run asks for more
     size_kib = journal.stat().st_size // 1024
-    more = [*command[:5], "32", *command[6:]]
+    more = [*command[:5], "56", *command[6:]]
     full = subprocess.run(["bash", "-c", f"ulimit -f {size_kib} && exec \"$@\"", "bash", *RLCOMPILE, *more],
                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert full.returncode == 2, full.stderr
@@ -130,8 +132,10 @@ def test_graph_training_killed_mid_run_carries_on_from_its_saved_state(tmp_path:
 def test_optimize_killed_in_the_kernel_stage_resumes_it(tmp_path: Path):
     output = tmp_path / "lenet5.opt"
     journal = output / "work" / "tuning" / "measurements.jsonl"
-    command = ["optimize", "lenet5", "-o", str(output), "--levels", "kernel,layer", "--budget", "32s",
-               "--libraries", "ort,tvm"]  # fmt: skip
+    # an ample budget, the trials bounding the work: on a 2-core VM running 2.5-5x slower than usual, a 32 s budget's
+    # 18 s kernel share ended in task extraction before any candidate was measured
+    command = ["optimize", "lenet5", "-o", str(output), "--levels", "kernel,layer", "--budget", "150s",
+               "--trials", "32", "--libraries", "ort,tvm"]  # fmt: skip
     first = start(*command)
     # the kernel stage's first batch: a slow machine measured only 14 candidates in an 18 s share
     wait_for(lambda: len(journal_lines(journal)) >= 4, first)
