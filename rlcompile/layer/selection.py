@@ -221,7 +221,7 @@ class Selection:
         (``benchmarks/machine_state.py``), a contest's rounds fall on both sides of a spell's edge, and the medians
         pooled over them mix the two speeds in different shares for each contender. A round is a few seconds: the
         plan and the libraries' speeds it is judged against are then measured in one state of the machine. Measured
-        on 12 corpus models (``select --budget 60s``, a session when the VM ran 2.5x slower than usual and twins
+        on 12 corpus models (``select --budget 60s``, a session when the VM ran 2.5-5x slower than usual and twins
         differed by 5-28%): the median of these ratios put 7 of 18 plans that are not single-library within 15%,
         the pooled ratio (:meth:`measured_over_expected`) 10; with 2-3 rounds a round's single-library blocks bring
         their own noise. So they are recorded (the manifest's ``round_ratios``), and the pooled ratio judges.
