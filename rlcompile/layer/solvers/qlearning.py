@@ -42,8 +42,8 @@ class QLearning(Solver):
         return max(0.0, 0.9 - 0.1 * int((fraction - 0.5) / 0.05))
 
     def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
-        """``seconds``: the episodes are fitted to it after the first :data:`MIN_EPISODES` (all exploring: epsilon
-        is 1 for the first half of any run that long), so the schedule still ends greedy."""
+        """``seconds``: the episodes are fitted to it after the first half of :data:`MIN_EPISODES` (all exploring:
+        epsilon is 1 for the first half of any run that long), so the schedule still ends greedy."""
         rng = random.Random(seed)
         planned = total_episodes = self.episodes or default_episodes(problem)
         q: dict[tuple[int, int], np.ndarray] = {}
