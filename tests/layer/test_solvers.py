@@ -124,3 +124,15 @@ def test_fitted_episodes_follow_the_pace_and_stay_within_the_plan():
     assert fit_episodes(1000, elapsed_s=0.1, done=25, seconds=100.0) == 1000
     assert fit_episodes(1000, elapsed_s=1.0, done=25, seconds=0.0) == MIN_EPISODES
     assert fit_episodes(30, elapsed_s=1.0, done=25, seconds=0.0) == 30  # a plan below the floor is kept
+
+
+def test_an_episode_budget_is_refitted_once_at_its_fitting_point():
+    from rlcompile.layer.solvers.base import MIN_EPISODES, EpisodeBudget
+
+    unlimited = EpisodeBudget(1000, seconds=None)
+    assert unlimited.allows(MIN_EPISODES) and unlimited.allows(999) and not unlimited.allows(1000)
+    spent = EpisodeBudget(1000, seconds=0.0, fit_after=25)
+    assert spent.allows(24) and spent.total == 1000  # not fitted before its point
+    assert spent.allows(25) and spent.total == MIN_EPISODES  # no time left: the floor
+    assert spent.allows(MIN_EPISODES - 1) and not spent.allows(MIN_EPISODES)
+    assert spent.planned == 1000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -45,6 +46,23 @@ def fit_episodes(planned: int, elapsed_s: float, done: int, seconds: float | Non
     if seconds is None or done == 0 or elapsed_s <= 0:
         return planned
     return max(min(planned, MIN_EPISODES), min(planned, int(seconds * done / elapsed_s)))
+
+
+class EpisodeBudget:
+    """The episodes a search runs: ``planned``, refitted once to ``seconds`` (:func:`fit_episodes`) when
+    ``fit_after`` episodes are done, timed from this budget's creation."""
+
+    def __init__(self, planned: int, seconds: float | None, fit_after: int = MIN_EPISODES) -> None:
+        self.planned = self.total = planned
+        self.seconds = seconds
+        self.fit_after = fit_after
+        self.started = time.monotonic()
+
+    def allows(self, done: int) -> bool:
+        """Whether the search runs another episode after ``done``."""
+        if done == self.fit_after:
+            self.total = fit_episodes(self.planned, time.monotonic() - self.started, done, self.seconds)
+        return done < self.total
 
 
 def default_episodes(problem: SelectionProblem) -> int:

@@ -13,13 +13,12 @@ The answer is the best complete plan seen, by its undiscounted total, not the gr
 from __future__ import annotations
 
 import random
-import time
 from collections import deque
 
 import numpy as np
 
 from rlcompile.layer.problem import SelectionProblem
-from rlcompile.layer.solvers.base import MIN_EPISODES, Solver, SolverResult, default_episodes, fit_episodes
+from rlcompile.layer.solvers.base import MIN_EPISODES, EpisodeBudget, Solver, SolverResult, default_episodes
 
 Transition = tuple[tuple[int, int], int, float, tuple[int, int] | None]
 
@@ -45,16 +44,14 @@ class QLearning(Solver):
         """``seconds``: the episodes are fitted to it after the first half of :data:`MIN_EPISODES` (all exploring:
         epsilon is 1 for the first half of any run that long), so the schedule still ends greedy."""
         rng = random.Random(seed)
-        planned = total_episodes = self.episodes or default_episodes(problem)
+        # fitted within the first half of even the shortest fitted run
+        budget = EpisodeBudget(self.episodes or default_episodes(problem), seconds, fit_after=MIN_EPISODES // 2)
         q: dict[tuple[int, int], np.ndarray] = {}
         replay: deque[list[Transition]] = deque(maxlen=self.replay_size)
         best_plan, best_total, history = None, float("inf"), []
-        started = time.monotonic()
         episode = 0
-        while episode < total_episodes:
-            if episode == MIN_EPISODES // 2:  # within the first half of even the shortest fitted run
-                total_episodes = fit_episodes(planned, time.monotonic() - started, episode, seconds)
-            plan, transitions = self.run_episode(problem, q, self.epsilon(episode, total_episodes), rng)
+        while budget.allows(episode):
+            plan, transitions = self.run_episode(problem, q, self.epsilon(episode, budget.total), rng)
             total = -sum(reward for _, _, reward, _ in transitions)
             if total < best_total:
                 best_plan, best_total = plan, total
@@ -64,8 +61,8 @@ class QLearning(Solver):
             for _ in range(self.replays_per_episode):
                 self.learn(q, problem, rng.choice(replay))
             episode += 1
-        return SolverResult(best_plan, best_total, total_episodes, history,
-                            {"states": len(q), "episodes_planned": planned})  # fmt: skip
+        return SolverResult(best_plan, best_total, episode, history,
+                            {"states": len(q), "episodes_planned": budget.planned})  # fmt: skip
 
     def values(self, q: dict, problem: SelectionProblem, state: tuple[int, int]) -> np.ndarray:
         if state not in q:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import random
-import time
 
 from rlcompile.layer.problem import SelectionProblem, best_within_library, exact
-from rlcompile.layer.solvers.base import MIN_EPISODES, Solver, SolverResult, default_episodes, fit_episodes
+from rlcompile.layer.solvers.base import EpisodeBudget, Solver, SolverResult, default_episodes
 
 
 class RandomSearch(Solver):
@@ -20,17 +19,14 @@ class RandomSearch(Solver):
     def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
         rng = random.Random(seed)
         best_plan, best_total, history = None, float("inf"), []
-        planned = episodes = self.episodes or default_episodes(problem)
-        started = time.monotonic()
-        while len(history) < episodes:
+        budget = EpisodeBudget(self.episodes or default_episodes(problem), seconds)
+        while budget.allows(len(history)):
             plan = [rng.randrange(len(options)) for options in problem.options]
             total = problem.total(plan)
             if total < best_total:
                 best_plan, best_total = plan, total
             history.append(best_total)
-            if len(history) == MIN_EPISODES:
-                episodes = fit_episodes(planned, time.monotonic() - started, MIN_EPISODES, seconds)
-        return SolverResult(best_plan, best_total, len(history), history, {"episodes_planned": planned})
+        return SolverResult(best_plan, best_total, len(history), history, {"episodes_planned": budget.planned})
 
 
 class Greedy(Solver):
