@@ -355,11 +355,11 @@ def command_select(args: argparse.Namespace) -> int:
 def select_segments_command(args: argparse.Namespace, names: list[str], options: dict) -> int:
     from rlcompile.layer.choose import choose_plan
     from rlcompile.machine import host_cores
-    from rlcompile.optimize import parse_duration
+    from rlcompile.optimize import Budget, parse_duration
     from rlcompile.plan import save_plan
     from rlcompile.report.tables import candidates_table, groups_table
 
-    deadline = None if args.budget is None else time.monotonic() + parse_duration(args.budget)
+    deadline = None if args.budget is None else args.started + Budget(parse_duration(args.budget), ("layer",)).usable_s
     contract = accuracy_contract(args)
     model = load(args)
     threads = args.threads or host_cores()
@@ -486,7 +486,7 @@ def command_optimize(args: argparse.Namespace) -> int:
                              data=str(Path(contract.data).resolve()) if contract.data else None,
                              metric=contract.metric, tolerance=contract.tolerance)  # fmt: skip
     request = OptimizeRequest(args.model, args.output, parse_input_shapes(args.input_shape), budget, tuple(levels),
-                              settings)  # fmt: skip
+                              settings, started=args.started)  # fmt: skip
     result = optimize(request, log)
     stdout.print(optimize_table(result.manifest))
     latency = result.manifest.optimize.latency
@@ -821,6 +821,11 @@ default_show_warning = warnings.showwarning
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. Run as a program (``argv`` from ``sys.argv``), a command's ``--budget`` counts from the
+    process's start; called with ``argv`` (tests, scripts), from this call."""
+    from rlcompile.machine import process_age_s
+
+    started = time.monotonic() - (process_age_s() if argv is None else 0.0)
     warnings.showwarning = show_warning
     parser = build_parser()
     try:
@@ -830,6 +835,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if getattr(args, "config", None):
             args = apply_config_file(parser, argv, args)
+        args.started = started
         check_output_paths(args)
         handler: Callable[[argparse.Namespace], int] = args.handler
         with log, note:

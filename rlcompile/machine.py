@@ -37,6 +37,19 @@ RECORDED_PACKAGES = (
 PINNED_PACKAGES = ("onnxruntime", "openvino", "torch", "apache-tvm")
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (0 where the system does not say): a budget given to a command counts
+    from when the user started it, the interpreter's start and the imports included (on the 2-core VM in a slow
+    spell, ~19 s before ``optimize`` reached its first stage)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks since boot
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime_s - started_s)
+
+
 def host_cores() -> int:
     """Cores this process may run on (respects CPU affinity and container limits)."""
     try:

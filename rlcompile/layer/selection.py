@@ -93,6 +93,9 @@ FINAL_SHARE = 0.7
 #: At most this many refining probes: each times the plans the previous one's corrections led the solvers to (a
 #: plan the table has not seen in context is where its estimates err most in the plan's favour), and prices them.
 REFINE_ROUNDS = 2
+#: The plans a refining probe leads to, each compiled after it: the agent's and the exact optimum's on the corrected
+#: table.
+REFINED_PLANS = 2
 #: With a deadline, the refining probe gets this share of the time left beyond the final contest's floor, and
 #: runs only when twice its own floor fits there.
 PROBE_SHARE = 0.3
@@ -454,12 +457,12 @@ def select_segments(
     original = baseline or model
     started = time.monotonic()
     natives = native_timers(original, grouped.feeds, threads, created, progress)
-    profile_deadline, call_s, floor_s = None, 0.0, 0.0
+    compile_s = (time.monotonic() - started) / len(natives)  # a whole-model compile, until plans are timed
+    profile_deadline, call_s = None, 0.0
     if deadline is not None:  # the final contest's least time and the compiles after the profile, then a share
         call_s = call_seconds(natives["ort native"])
-        floor_s = contest_floor_s(call_s, len(natives) + len(created) + 2)
-        compiles_s = later_compiles(len(created)) * (time.monotonic() - started) / len(natives)
-        reserved = floor_s + compiles_s
+        floor_s = contest.floor_seconds([call_s] * (len(natives) + len(created) + 2), ROUNDS)
+        reserved = floor_s + later_compiles(len(created)) * compile_s
         profile_deadline = deadline - reserved - FINAL_SHARE * max(0.0, deadline - reserved - time.monotonic())
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline)
     if reused:
@@ -476,20 +479,21 @@ def select_segments(
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
     reference = run_proto(original.proto, grouped.feeds)
-    compile_candidates(grouped, candidates, created, threads, reference, progress)
+    compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
-    # only when it leaves the final contest its time
+    # only when it leaves those compiles and the final contest their time
     for round_index in range(1, REFINE_ROUNDS + 1):
         timed = [c for c in probe_candidates(candidates) if c.engine is not None and c.error is None]
         if not any(is_mixed(c) and not c.probed for c in timed):
             break
-        fits, until = probe_deadline(deadline, floor_s, contest_floor_s(call_s, len(timed) + 1))
+        after_s = final_floor_s(candidates, call_s, len(natives)) + (REFINED_PLANS + len(natives)) * compile_s
+        fits, until = probe_deadline(deadline, after_s, contest.floor_seconds([call_s, *plan_seconds(timed, call_s)]))
         if not fits:
             break
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress, until, round_index)  # fmt: skip
         save_table(problem.table, path)
-        compile_candidates(grouped, candidates, created, threads, reference, progress)
+        compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     whole = SelectionProblem(whole_model_prices(problem.table))
     for candidate in candidates:  # a one-library plan is priced as the calibration measured it, a mixed one in context
         priced_by = whole if len(set(candidate.assignment)) == 1 else problem
@@ -648,23 +652,29 @@ def recalibrate(table: LookupTable, candidates: list[Candidate], ort_native_ms: 
 
 
 def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], created, threads: int,
-                       reference: list[np.ndarray], progress: Listener) -> None:  # fmt: skip
-    """Compile and verify every candidate that has no engine yet (a failure is recorded, never fatal)."""
+                       reference: list[np.ndarray], progress: Listener) -> list[float]:  # fmt: skip
+    """Compile and verify every candidate that has no engine yet (a failure is recorded, never fatal); the seconds
+    each one took."""
+    seconds = []
     for candidate in candidates:
         if candidate.engine is not None or candidate.error is not None:
             continue
         progress(Phase("layer", f"compiling and checking the plan of {', '.join(candidate.labels)}", "compile"))
+        started = time.monotonic()
         try:
             candidate.engine = grouped.engine(candidate.assignment, threads, created)
             candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
         except Exception as error:  # a plan that cannot be built is reported, never fatal
             candidate.error = first_line(error)
             continue
+        finally:
+            seconds.append(time.monotonic() - started)
         if not candidate.agreement.within():
             candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
     if not any(c.engine is not None and c.error is None for c in candidates):
         raise ModelError("no candidate plan ran and agreed with ONNX Runtime: "
                          + "; ".join(f"{', '.join(c.labels)}: {c.error}" for c in candidates))  # fmt: skip
+    return seconds
 
 
 def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callable], timing: MeasureConfig,
@@ -751,19 +761,26 @@ def call_seconds(native: Callable[[], object]) -> float:
     return time.monotonic() - started
 
 
-def contest_floor_s(call_s: float, contenders: int) -> float:
-    """The least time a contest of ``contenders`` takes however short its blocks: ``MIN_ROUNDS`` rounds of a
-    warm-up call and a timed call each, at ``call_s`` a call (the native run's: plans are rarely much faster). A
-    model that takes most of a second per call needs this reserved before the profile spends the time."""
-    return contenders * contest.MIN_ROUNDS * 2 * call_s
+def plan_seconds(candidates: list[Candidate], call_s: float) -> list[float]:
+    """A call of each runnable candidate, in seconds: the table's prediction (a native call's without one)."""
+    return [c.predicted_ms / 1e3 if math.isfinite(c.predicted_ms) else call_s for c in candidates
+            if c.engine is not None and c.error is None]  # fmt: skip
 
 
-def probe_deadline(deadline: float | None, final_floor_s: float, probe_floor_s: float) -> tuple[bool, float | None]:
+def final_floor_s(candidates: list[Candidate], call_s: float, natives: int) -> float:
+    """The least time the final contest takes (:func:`~rlcompile.measure.contest.floor_seconds`): the runnable
+    candidates at their predictions, and at a native call's each the plans a refining probe adds
+    (:data:`REFINED_PLANS`), the native runs and the model run whole by each of them."""
+    return contest.floor_seconds(plan_seconds(candidates, call_s) + [call_s] * (REFINED_PLANS + 2 * natives), ROUNDS)
+
+
+def probe_deadline(deadline: float | None, after_s: float, probe_floor_s: float) -> tuple[bool, float | None]:
     """Whether the refining probe runs, and when it must end: always, unlimited, without a deadline; with one, only
-    when twice its floor fits beside the final contest's, and within :data:`PROBE_SHARE` of the time beyond that."""
+    when twice its floor fits beside ``after_s`` (what must follow it: the compiles of the plans it finds and the
+    final contest's floor), and within :data:`PROBE_SHARE` of the time beyond that."""
     if deadline is None:
         return True, None
-    spare = deadline - time.monotonic() - final_floor_s
+    spare = deadline - time.monotonic() - after_s
     if spare < 2 * probe_floor_s:
         return False, None
     return True, time.monotonic() + max(probe_floor_s, PROBE_SHARE * spare)

@@ -27,6 +27,7 @@ The rules the levels use are named here, with the reason for each (:data:`REWRIT
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -181,6 +182,16 @@ def contest_seconds(timing: MeasureConfig, contenders: int) -> float:
     """About how long a contest of ``contenders`` takes at ``timing``: :func:`spread_over` rounds give each about
     twice ``min_time_s``, and warm-ups add a tenth."""
     return 2.2 * max(contenders, 1) * timing.min_time_s
+
+
+def floor_seconds(calls_s: Sequence[float], rounds: int = DECISION_ROUNDS) -> float:
+    """The least time a contest fitted into a deadline (:func:`fit_within`, blocks :func:`spread_over` ``rounds``)
+    takes when its contenders' calls take ``calls_s``: :data:`MIN_ROUNDS` rounds, each turn a warm-up call and a
+    block of at least one call lasting its share of :data:`FLOOR_TIME_S`. A model that takes most of a second per
+    call needs this reserved before the time is spent elsewhere."""
+    block_s = FLOOR_TIME_S * 2 / rounds
+    return MIN_ROUNDS * sum(call_s * (1 + math.ceil(block_s / call_s)) if call_s > 0 else block_s
+                            for call_s in calls_s)  # fmt: skip
 
 
 def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> MeasureConfig:

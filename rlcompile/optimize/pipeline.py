@@ -63,6 +63,8 @@ class OptimizeRequest:
     budget_s: float = DEFAULT_BUDGET_S
     levels: tuple[str, ...] = LEVELS
     settings: StageSettings = field(default_factory=StageSettings)
+    #: when the user's command began (``time.monotonic()``): the budget counts from it (default: from the call)
+    started: float | None = None
 
     @property
     def budget(self) -> Budget:
@@ -84,7 +86,7 @@ class OptimizeResult:
 
 def optimize(request: OptimizeRequest, progress: Listener = ignore) -> OptimizeResult:
     """Run the chosen levels in order on the model and write the fastest verified plan to ``request.output``."""
-    started = time.monotonic()
+    started = time.monotonic() if request.started is None else request.started
     model = load_model(request.model, request.input_shapes)
     output = Path(request.output)
     progress(Event("optimize", f"optimizing {model.name}: levels {', '.join(request.levels)}, budget "
@@ -151,8 +153,12 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
 
     ``original``: the faster of ONNX Runtime and OpenVINO run natively on the user's model;
     ``graph``: the faster of the two on the graph that went on (the original when no rewrite was kept);
-    ``kernel``: that or the whole graph in TVM with the tuned kernels, if it ran; ``layer``: the plan kept.
+    ``kernel``: that or the whole graph in TVM with the tuned kernels, if it ran; ``layer``: the plan kept, which
+    is the faster native run's own time when the plan is that very run (the user's model whole in that library:
+    the two measurements of one program differ only by the machine's noise, reported beside them).
     """
+    from rlcompile.layer.selection import native_twin
+
     natives = {name: stats.median_ms for name, stats in selection.natives.items() if "identical" not in name}
     original = min(natives.values())
     graph = original
@@ -160,6 +166,9 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
         graph = min([ms for ms in selection.single_library_ms(("ort", "openvino"))] or [original])
     kernel = min([graph, *selection.single_library_ms(("tvm",))])
     final = selection.chosen.measured.median_ms
+    chosen = selection.chosen
+    if chosen.engine is not None and natives.get(native_twin(chosen, selection.model.proto, natives)) == original:
+        final = original
     agreement = selection.chosen.agreement.to_dict() if selection.chosen.agreement else None
     return LatencyRecord(natives, original, graph, kernel, final, original / final, selection.noise, agreement,
                          selection.rounds)  # fmt: skip

@@ -240,16 +240,20 @@ def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_nat
     assert chosen.chosen.agreement.within()
 
 
-def test_the_final_contest_floor_is_reserved_from_the_native_latency():
+def test_the_final_contest_floor_is_reserved_from_the_native_latency_and_the_predictions():
     import time
 
-    from rlcompile.layer.selection import call_seconds, contest_floor_s
-    from rlcompile.measure.contest import MIN_ROUNDS
+    from rlcompile.layer.selection import REFINED_PLANS, ROUNDS, call_seconds, final_floor_s
+    from rlcompile.measure.contest import floor_seconds
 
     calls: list[float] = []
-    floor = contest_floor_s(call_seconds(lambda: calls.append(time.sleep(0.01))), contenders=3)
-    assert len(calls) == 2  # one warm call, one timed
-    assert 3 * MIN_ROUNDS * 2 * 0.01 <= floor < 3 * MIN_ROUNDS * 2 * 0.05
+    call_s = call_seconds(lambda: calls.append(time.sleep(0.01)))
+    assert len(calls) == 2 and 0.01 <= call_s < 0.05  # one warm call, one timed
+    runnable = Candidate(["single:ort"], ["ort"], 30.0, engine=object())
+    broken = Candidate(["single:torch"], ["torch"], 90.0, error="does not compile")
+    unpredicted = Candidate(["native:openvino"], ["openvino"], float("nan"), engine=object())
+    expected = floor_seconds([0.03, call_s] + [call_s] * (REFINED_PLANS + 2 * 2), ROUNDS)
+    assert final_floor_s([runnable, broken, unpredicted], call_s, natives=2) == pytest.approx(expected)
 
 
 def test_the_refining_probe_runs_only_when_it_fits_beside_the_final_contest():
@@ -259,7 +263,7 @@ def test_the_refining_probe_runs_only_when_it_fits_beside_the_final_contest():
 
     assert probe_deadline(None, 5.0, 1.0) == (True, None)  # no deadline: no limit
     now = time.monotonic()
-    assert probe_deadline(now + 3.0, 2.0, 1.0) == (False, None)  # 1 s beyond the final floor; the probe needs 2
+    assert probe_deadline(now + 3.0, 2.0, 1.0) == (False, None)  # 1 s beyond what follows it; the probe needs 2
     fits, until = probe_deadline(now + 100.0, 10.0, 1.0)
     assert fits and now + PROBE_SHARE * 89 < until < now + 90  # its share, and the final contest's floor kept
 

@@ -118,6 +118,28 @@ def test_a_contest_fitted_to_a_deadline_times_a_slow_model_once_per_block():
     assert standings["slow"].repeats == 2 and calls[0] == 4  # per block: one warm-up call and one timed call
 
 
+def test_the_floor_of_a_contest_past_its_deadline_is_what_it_takes():
+    """Past its deadline a fitted contest still runs MIN_ROUNDS rounds of a warm-up call and a floor block each:
+    what a stage reserves for it (floor_seconds) is what it takes."""
+    from rlcompile.measure.contest import MIN_ROUNDS, Settle, fit_within, floor_seconds, spread_over
+
+    calls = [0]
+
+    def model():
+        calls[0] += 1
+        time.sleep(0.02)
+
+    fitted = spread_over(fit_within(MeasureConfig(), contenders=3, seconds=0.0), 5)
+    started = time.monotonic()
+    standings = run_contest([Contender(name, model) for name in "abc"], fitted, rounds=5,
+                            settle=Settle(deadline=started))  # fmt: skip
+    took = time.monotonic() - started
+    floor = floor_seconds([0.02] * 3, rounds=5)
+    assert standings.rounds == MIN_ROUNDS
+    assert calls[0] == 3 * MIN_ROUNDS * 6 and floor == pytest.approx(3 * MIN_ROUNDS * 6 * 0.02)  # warm-up + 5
+    assert floor <= took < 1.5 * floor
+
+
 def test_the_contest_waits_after_a_contender_whose_threads_spin_on_so_that_the_next_one_is_not_slowed():
     """A spinning ONNX Runtime session slows whoever runs next for tens of ms; the contest waits that out."""
     after: list[float] = []

@@ -34,3 +34,14 @@ def test_shares_split_the_usable_budget_over_the_chosen_levels(levels):
     assert all(budget.share_s(level) == 0 for level in LEVELS if level not in levels)
     if "kernel" in levels and len(levels) > 1:
         assert budget.share_s("kernel") == max(budget.share_s(level) for level in levels)
+
+
+def test_a_budget_run_as_a_program_counts_from_the_process_start():
+    """``rlcompile optimize --budget`` run as a program counts the interpreter's start and the imports (process_age_s:
+    ~19 s on the slowed 2-core VM before the first stage)."""
+    import subprocess
+    import sys
+
+    script = "import time; time.sleep(1.0); from rlcompile.machine import process_age_s; print(process_age_s())"
+    age = float(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    assert 1.0 <= age < 60.0

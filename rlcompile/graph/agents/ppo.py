@@ -210,7 +210,9 @@ def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float =
     started = time.perf_counter() - counters["seconds"]
     episodes, env_steps, best_cost, returns = (counters[k] for k in ("episodes", "env_steps", "best_cost", "returns"))
     episode_return = 0.0
-    while episodes < config.train_episodes and time.perf_counter() - started < time_limit_s:
+    cycle_s = 0.0  # the last rollout and update: one more starts only when it would end within the limit
+    while episodes < config.train_episodes and time.perf_counter() - started + cycle_s < time_limit_s:
+        cycle_started = time.perf_counter()
         steps = []
         for _ in range(config.steps_per_update):
             data = to_data(observation)
@@ -230,6 +232,7 @@ def train(env: GraphEnv, config: PPOConfig, seed: int = 0, time_limit_s: float =
         with torch.no_grad():
             _, _, last_value, _ = policy.distributions(Batch.from_data_list([to_data(observation)]))
         update(policy, optimizer, steps, float(last_value), config, generator)
+        cycle_s = time.perf_counter() - cycle_started
         if resume:
             counters = {"episodes": episodes, "env_steps": env_steps, "best_cost": best_cost, "returns": returns,
                         "seconds": time.perf_counter() - started}  # fmt: skip
