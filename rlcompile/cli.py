@@ -57,6 +57,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False
                             "(plan directories from select/optimize, .tar from build), timed in turns")  # fmt: skip
     else:
         parser.add_argument("model", help="zoo model name (see `rlcompile models`) or path to an .onnx file")
+        parser.set_defaults(one_model=True)  # checked before the command's imports: check_model_spec
     parser.add_argument(
         "--input-shape",
         action="append",
@@ -836,6 +837,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "config", None):
             args = apply_config_file(parser, argv, args)
         args.started = started
+        if getattr(args, "one_model", False):
+            from rlcompile.models import check_model_spec
+
+            check_model_spec(args.model)
         check_output_paths(args)
         handler: Callable[[argparse.Namespace], int] = args.handler
         with log, note:

@@ -35,6 +35,7 @@ MODEL_COMMANDS = [name for name in COMMANDS if name not in ("export", "pretrain"
 #: Bad models: (model placeholder, extra flags, what the line must say).
 MODEL_CASES = {
     "missing file": ("{tmp}/missing.onnx", [], "no such model file"),
+    "unknown name": ("resnet-9000", [], "unknown model"),
     "not onnx": ("{garbage}", [], "cannot read ONNX model"),
     "truncated onnx": ("{truncated}", [], "ONNX model"),
     "dynamic dims without shapes": ("{dynamic}", [], "has dynamic dims"),

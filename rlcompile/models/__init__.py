@@ -33,11 +33,20 @@ def load_model(spec: str, input_shapes: Mapping[str, Shape] | None = None) -> Lo
         return load_zoo_model(spec, input_shapes or {})
     if spec in PACKAGED:
         return load_packaged_model(spec, input_shapes)
+    check_model_spec(spec)
+    return load_onnx_file(Path(spec), input_shapes)
+
+
+def check_model_spec(spec: str) -> None:
+    """Refuse, at once, a model that is neither a zoo name, a packaged model nor a file: a command says so before
+    its slow imports (an existing file's reader says what else may be wrong with it)."""
     path = Path(spec)
-    if path.suffix.lower() != ".onnx" and not path.exists():
-        raise ModelError(f"unknown model {spec!r}: not a zoo model ({', '.join(ZOO)}), not a packaged model "
-                         f"({', '.join(PACKAGED)}) and no such file")  # fmt: skip
-    return load_onnx_file(path, input_shapes)
+    if spec in ZOO or spec in PACKAGED or path.exists():
+        return
+    if path.suffix.lower() == ".onnx":
+        raise ModelError(f"no such model file: {path}")
+    raise ModelError(f"unknown model {spec!r}: not a zoo model ({', '.join(ZOO)}), not a packaged model "
+                     f"({', '.join(PACKAGED)}) and no such file")  # fmt: skip
 
 
 def load_packaged_model(name: str, input_shapes: Mapping[str, Shape] | None) -> LoadedModel:
