@@ -51,13 +51,16 @@ stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 160, soft_w
 #: rlcompile.graph.cost.COST_MODELS (not imported: the CLI loads no ONNX Runtime to parse arguments)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False, layers_too: bool = False) -> None:
+    """The model argument and ``--input-shape``. ``saved_too``: saved results as well; ``layers_too``: the seeds'
+    layers (L1-L8) as well, which the kernel level resolves. Otherwise the model is checked at once
+    (:func:`~rlcompile.models.check_model_spec`), before the command's slow imports."""
     if saved_too:
         parser.add_argument("model", nargs="+", help="zoo model name or .onnx file; or one or more saved results "
                             "(plan directories from select/optimize, .tar from build), timed in turns")  # fmt: skip
     else:
         parser.add_argument("model", help="zoo model name (see `rlcompile models`) or path to an .onnx file")
-        parser.set_defaults(one_model=True)  # checked before the command's imports: check_model_spec
+        parser.set_defaults(one_model=not layers_too)
     parser.add_argument(
         "--input-shape",
         action="append",
@@ -613,13 +616,13 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(handler=command_compare)
 
     tasks = commands.add_parser("tasks", help="list a model's tunable tasks (kernel level)")
-    add_model_arguments(tasks)
+    add_model_arguments(tasks, layers_too=True)
     tasks.add_argument("--target", default="llvm", help="TVM target (default llvm: this CPU)")
     add_layout_flag(tasks, "nchw", "nchw")
     tasks.set_defaults(handler=command_tasks)
 
     tune = commands.add_parser("tune", help="tune a model's kernels with a search strategy (kernel level)")
-    add_model_arguments(tune)
+    add_model_arguments(tune, layers_too=True)
     tune.add_argument(
         "--strategy", default="evolutionary", help=f"{choices(KERNEL_STRATEGIES)} (rl + adaptive)"
     )
