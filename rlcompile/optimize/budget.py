@@ -3,7 +3,8 @@
 The rule, stated once: each level chosen gets its share of the budget (:data:`SHARES`, renormalised
 over the levels asked for). The graph level's search gets :data:`GRAPH_SEARCH_SHARE` of the graph
 share; checking and judging its rewrite take the rest. Time the graph level did not use passes to the
-kernel level, which always has more to tune, and time it overran is taken from it; the kernel level
+kernel level, which always has more to tune, and time it overran is taken from it, as is whatever ran late
+before it (the process's start-up included), so that the layer level keeps its share; the kernel level
 starts no batch past its deadline, and none of a batch's runs past it or beyond it. The layer level's share is its
 deadline (less the least time its final contest can take and the whole-model compiles that follow its profile): its
 profile adds libraries per fusion group until the time for it is spent (the default library profiles

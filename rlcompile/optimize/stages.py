@@ -256,6 +256,9 @@ class KernelStage:
         settings, state = context.settings, context.state
         spent = state.spent("kernel")
         allowed = context.budget.share_s("kernel") + context.graph_unused_s - spent
+        if context.deadline is not None:  # what ran late before this stage (start-up included: 59 s on the
+            # slowed VM) is taken from this stage, not from the layer stage's share
+            allowed = min(allowed, context.deadline - context.budget.share_s("layer") - time.monotonic())
         text = f"kernel: {settings.strategy} tunes for up to {max(allowed, 0):.0f} s"
         if spent:  # an interrupted stage: its journal is resumed with the time it has left
             context.progress(Reuse("kernel", f"{text} ({spent:.0f} s already spent)", "tuning"))
