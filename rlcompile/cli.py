@@ -60,7 +60,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, saved_too: bool = False
                             "(plan directories from select/optimize, .tar from build), timed in turns")  # fmt: skip
     else:
         parser.add_argument("model", help="zoo model name (see `rlcompile models`) or path to an .onnx file")
-        parser.set_defaults(one_model=not layers_too)
+        parser.set_defaults(check_model_early=not layers_too)
     parser.add_argument(
         "--input-shape",
         action="append",
@@ -840,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "config", None):
             args = apply_config_file(parser, argv, args)
         args.started = started
-        if getattr(args, "one_model", False):
+        if getattr(args, "check_model_early", False):
             from rlcompile.models import check_model_spec
 
             check_model_spec(args.model)

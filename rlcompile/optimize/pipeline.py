@@ -166,11 +166,9 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
     if "graph" in records and records["graph"].kept:
         graph = min([ms for ms in selection.single_library_ms(("ort", "openvino"))] or [original])
     kernel = min([graph, *selection.single_library_ms(("tvm",))])
-    final = selection.chosen.measured.median_ms
     chosen = selection.chosen
     twin = native_twin(chosen, selection.model.proto, natives) if chosen.engine is not None else None
-    if twin is not None:
-        final = natives[twin]
-    agreement = selection.chosen.agreement.to_dict() if selection.chosen.agreement else None
+    final = natives[twin] if twin is not None else chosen.measured.median_ms
+    agreement = chosen.agreement.to_dict() if chosen.agreement else None
     return LatencyRecord(natives, original, graph, kernel, final, original / final, selection.noise, agreement,
                          selection.rounds)  # fmt: skip
