@@ -85,8 +85,9 @@ def test_the_output_is_the_fastest_measured_plan_and_never_an_untuned_kernel(int
     selection = result.selection
     measured = {label: c.measured.median_ms for c in selection.candidates if c.measured for label in c.labels}
     assert {"single:ort", "single:openvino"} <= set(measured)
-    assert selection.chosen.measured.median_ms <= min(measured.values()) * (1 + TIE_BAND) + 1e-9
     assert selection.noise is not None
+    band = max(TIE_BAND, selection.noise)  # ties within the contest's noise go to the simpler plan
+    assert selection.chosen.measured.median_ms <= min(measured.values()) * (1 + band) + 1e-9
     latency = result.manifest["optimize"]["latency"]
     # the chosen plan's measurement, or the native run's that it is (test_a_plan_that_is_a_native_run_itself...)
     assert latency["final_ms"] in (pytest.approx(selection.chosen.measured.median_ms), *latency["native_ms"].values())

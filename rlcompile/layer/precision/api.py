@@ -29,7 +29,7 @@ from rlcompile.layer.precision.quantize import Quantizer
 from rlcompile.layer.precision.solvers import SearchResult, create
 from rlcompile.layer.precision.space import Mode, PrecisionPlan, modes, precision_units
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
-from rlcompile.layer.selection import Candidate, Selection, create_libraries, pick, time_candidates
+from rlcompile.layer.selection import Candidate, Selection, create_libraries, time_candidates
 from rlcompile.layer.selection import native_timers as make_native_timers
 from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import DEFAULT, MeasureConfig
@@ -122,7 +122,7 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     selection.native_calls = natives
     selection.take_final(time_candidates(grouped, selection.candidates, natives, timing, progress, final_deadline,
                                          model.proto))  # fmt: skip
-    selection.chosen = pick(selection.candidates)
+    selection.choose()
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
     if grouped is not selection.grouped:
