@@ -456,8 +456,6 @@ def command_optimize(args: argparse.Namespace) -> int:
     """graph -> kernel -> layer on one model, each stage measured; writes a plan directory with its report."""
     from rlcompile import runtimes
     from rlcompile.export import export_command
-    from rlcompile.kernel import strategies
-    from rlcompile.kernel.pretrained import resolve as resolve_cost_model
     from rlcompile.layer import solvers
     from rlcompile.machine import host_cores
     from rlcompile.models import parse_input_shapes
@@ -476,13 +474,21 @@ def command_optimize(args: argparse.Namespace) -> int:
         budget = QUICK_BUDGET_S if args.quick else DEFAULT_BUDGET_S
     from rlcompile.graph import search
 
-    search.search_class(args.graph_agent)
-    strategies.create(args.strategy, seed=args.seed)
+    search.check_name(args.graph_agent)  # the graph stage imports the agent when it runs
+    if "kernel" in levels:  # creating a strategy imports TVM (~9 s on 2 cores): only when the kernel level runs
+        from rlcompile.kernel import strategies
+
+        strategies.create(args.strategy, seed=args.seed)
+    elif args.strategy not in KERNEL_STRATEGIES:
+        raise RlcompileError(f"unknown strategy {args.strategy!r}; choose from {', '.join(KERNEL_STRATEGIES)}")
+    if "kernel" in levels or args.cost_model != "default":  # a file the user names is checked whatever runs
+        from rlcompile.kernel.pretrained import resolve as resolve_cost_model
+
+        resolve_cost_model(args.cost_model)
     solvers.create(args.layer_agent)
     if args.libraries:
         runtimes.parse(args.libraries)
     contract = accuracy_contract(args)
-    resolve_cost_model(args.cost_model)
     settings = StageSettings(graph_agent=args.graph_agent, strategy=args.strategy, cost_model=args.cost_model,
                              layout=args.layout, layer_agent=args.layer_agent,
                              trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
