@@ -69,7 +69,8 @@ class KeepRule:
 #: rewrite's gain is within what the same graph varies between two processes.
 REWRITE_RULE = KeepRule(min_gain=0.01)
 #: Plans within 2% of the fastest are ties and the one with fewest segments wins: a segment boundary is a
-#: risk (another library's threads, a copy) that a gain inside the run-to-run spread does not pay for.
+#: risk (another library's threads, a copy) that a gain inside the run-to-run spread does not pay for; the layer
+#: level widens the band to the contest's noise when that is larger (:func:`rlcompile.layer.selection.pick`).
 PLAN_RULE = KeepRule(tie_band=0.02)
 
 
