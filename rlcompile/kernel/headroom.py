@@ -42,7 +42,7 @@ from rlcompile.events import Event, Listener
 from rlcompile.kernel.tasks import Task, param_shapes, unblocked
 from rlcompile.machine import cpu_identity
 from rlcompile.measure.timing import MeasureConfig, measure_latency
-from rlcompile.models.onnx_model import graph_inputs, random_tensor
+from rlcompile.models.onnx_model import graph_inputs, inferred_values, random_tensor
 from rlcompile.peak import Peak, PeakUnknown, fma_peak
 from rlcompile.tvm_bridge import tvm
 
@@ -116,9 +116,7 @@ def task_operator_key(task: Task) -> tuple | None:
 
 def graph_operators(proto: onnx.ModelProto) -> dict[tuple, onnx.ModelProto]:
     """Each distinct convolution and matrix multiplication of a static-shaped graph, as a one-node model."""
-    inferred = onnx.shape_inference.infer_shapes(proto)
-    values = {value.name: value for value in [*inferred.graph.input, *inferred.graph.value_info,
-                                              *inferred.graph.output]}  # fmt: skip
+    values = inferred_values(proto)
     initializers = {tensor.name: tensor for tensor in proto.graph.initializer}
 
     def shape(name: str) -> list[int]:

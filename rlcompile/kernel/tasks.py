@@ -25,6 +25,7 @@ import onnx
 from rlcompile import atomic
 from rlcompile.errors import RlcompileError, RlcompileWarning, first_line
 from rlcompile.models import LoadedModel, load_model
+from rlcompile.models.onnx_model import inferred_values
 from rlcompile.names import LAYOUTS
 from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, module_key, tvm
 
@@ -97,11 +98,8 @@ class Task:
 
 def conv_shapes(proto: onnx.ModelProto) -> list[ConvShape]:
     """Distinct Conv workloads of an ONNX graph, in graph order (shapes from ONNX shape inference)."""
-    inferred = onnx.shape_inference.infer_shapes(proto)
-    shapes: dict[str, list[int]] = {}
-    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
-        dims = value.type.tensor_type.shape.dim
-        shapes[value.name] = [d.dim_value for d in dims]
+    shapes = {name: [d.dim_value for d in value.type.tensor_type.shape.dim]
+              for name, value in inferred_values(proto).items()}  # fmt: skip
     for init in proto.graph.initializer:
         shapes[init.name] = list(init.dims)
     found: list[ConvShape] = []

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 
 from rlcompile.layer.precision.quantize import QUANTIZED_OPS
+from rlcompile.models.onnx_model import inferred_values
 from rlcompile.runtimes import Runtime
 
 
@@ -95,11 +96,11 @@ def precision_units(proto: onnx.ModelProto, groups) -> list[Unit]:
 def value_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     """Static shapes of the model's values (shape inference) and initializers."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto)
+        values = inferred_values(proto)
     except Exception:  # a model shape inference cannot walk: the proxy then counts 1 MAC per anchor
-        inferred = proto
+        values = {value.name: value for value in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]}
     shapes = {}
-    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+    for value in values.values():
         dims = value.type.tensor_type.shape.dim
         if dims and all(d.HasField("dim_value") for d in dims):
             shapes[value.name] = tuple(d.dim_value for d in dims)
