@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from rlcompile import __version__
-from rlcompile.errors import RlcompileError, RlcompileWarning
+from rlcompile.errors import RlcompileError, RlcompileWarning, check_choice
 from rlcompile.measure import QUICK, MeasureConfig
 from rlcompile.names import (
     DEFAULT_LAYOUT,
@@ -479,8 +479,8 @@ def command_optimize(args: argparse.Namespace) -> int:
         from rlcompile.kernel import strategies
 
         strategies.create(args.strategy, seed=args.seed)
-    elif args.strategy not in KERNEL_STRATEGIES:
-        raise RlcompileError(f"unknown strategy {args.strategy!r}; choose from {', '.join(KERNEL_STRATEGIES)}")
+    else:  # the name only, as the strategies' factory checks it
+        check_choice("strategy", args.strategy, KERNEL_STRATEGIES)
     if "kernel" in levels or args.cost_model != "default":  # a file the user names is checked whatever runs
         from rlcompile.kernel.pretrained import resolve as resolve_cost_model
 

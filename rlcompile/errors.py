@@ -5,11 +5,21 @@ a bug: the CLI prints its message as one line and exits with status 2. Keep mess
 says what is wrong and, where possible, what to do about it.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 
 class RlcompileError(Exception):
     """A problem the user can fix; reported as one line, exit status 2."""
 
     exit_status = 2
+
+
+def check_choice(kind: str, name: str, choices: Sequence[str]) -> None:
+    """Refuse ``name`` unless it is one of ``choices``: "unknown {kind} ...; choose from ..."."""
+    if name not in choices:
+        raise RlcompileError(f"unknown {kind} {name!r}; choose from {', '.join(choices)}")
 
 
 class ModelError(RlcompileError):

@@ -183,16 +183,13 @@ class Selection:
     native_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def take_final(self, final: Standings) -> None:
-        """Record the final contest's native runs (their latencies and blocks by round) and its rounds."""
+        """Record the final contest's native runs (their latencies and blocks by round) and its rounds, and pick the
+        plan from the candidates' measurements in it, ties within its noise (:func:`pick`)."""
         names = self.native_calls or self.natives
         self.natives = {name: final[name] for name in names}
         self.native_round_ms = {name: final.round_ms.get(name, {}) for name in names}
         self.rounds = final.rounds
-
-    def choose(self) -> Candidate:
-        """Pick the plan from the candidates' measurements, ties within the contest's noise (:func:`pick`)."""
         self.chosen = pick(self.candidates, noise=self.noise)
-        return self.chosen
 
     @property
     def drift(self) -> float:
@@ -431,8 +428,7 @@ def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE, noise: float |
     """
     runnable = {str(index): c for index, c in enumerate(candidates) if c.measured is not None}
     entries = [(key, c.measured.median_ms, c.segments) for key, c in runnable.items()]
-    band = replace(rule, tie_band=max(rule.tie_band, noise or 0.0))
-    return runnable[contest.fastest(entries, band)]
+    return runnable[contest.fastest(entries, rule, noise or 0.0)]
 
 
 def select_segments(
@@ -518,8 +514,7 @@ def select_segments(
     final = time_candidates(grouped, candidates, natives, timing, progress, deadline, original.proto)
     selection = Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
                           pick(candidates), unavailable=unavailable, native_calls=natives)  # fmt: skip
-    selection.take_final(final)
-    selection.choose()
+    selection.take_final(final)  # the pick again, ties now within the contest's noise
     return selection
 
 

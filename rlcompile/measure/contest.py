@@ -69,8 +69,8 @@ class KeepRule:
 #: rewrite's gain is within what the same graph varies between two processes.
 REWRITE_RULE = KeepRule(min_gain=0.01)
 #: Plans within 2% of the fastest are ties and the one with fewest segments wins: a segment boundary is a
-#: risk (another library's threads, a copy) that a gain inside the run-to-run spread does not pay for; the layer
-#: level widens the band to the contest's noise when that is larger (:func:`rlcompile.layer.selection.pick`).
+#: risk (another library's threads, a copy) that a gain inside the run-to-run spread does not pay for; the band
+#: widens to the contest's noise when that is larger (:func:`fastest`).
 PLAN_RULE = KeepRule(tie_band=0.02)
 
 
@@ -161,11 +161,12 @@ def beats(incumbent_ms: float, challenger_ms: float, noise: float, rule: KeepRul
     return 1 - challenger_ms / incumbent_ms > max(noise, rule.min_gain)
 
 
-def fastest(entries: Sequence[tuple[str, float, float]], rule: KeepRule) -> str:
-    """Of ``(label, median ms, simplicity)`` entries, the fastest; among those within ``rule.tie_band`` of it,
-    the simplest (then the faster)."""
+def fastest(entries: Sequence[tuple[str, float, float]], rule: KeepRule, noise: float = 0.0) -> str:
+    """Of ``(label, median ms, simplicity)`` entries, the fastest; among those within ``rule.tie_band`` of it, or
+    within ``noise`` (the contest's twins' spread) when that is wider, the simplest (then the faster): as
+    :func:`beats` asks a challenger to beat the noise, a simpler contender is passed over only beyond it."""
     best = min(ms for _, ms, _ in entries)
-    ties = [entry for entry in entries if entry[1] <= best * (1 + rule.tie_band)]
+    ties = [entry for entry in entries if entry[1] <= best * (1 + max(rule.tie_band, noise))]
     return min(ties, key=lambda entry: (entry[2], entry[1]))[0]
 
 

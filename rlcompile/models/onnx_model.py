@@ -181,10 +181,12 @@ def weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
     """
     graph = proto.graph
     declared = {value.name for value in graph.input}
-    small = [tensor for tensor in graph.initializer if np.prod(tensor.dims) <= SHAPE_TENSOR_LIMIT]
-    as_inputs = [onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-                 for tensor in graph.initializer
-                 if np.prod(tensor.dims) > SHAPE_TENSOR_LIMIT and tensor.name not in declared]  # fmt: skip
+    small, as_inputs = [], []
+    for tensor in graph.initializer:
+        if np.prod(tensor.dims) <= SHAPE_TENSOR_LIMIT:
+            small.append(tensor)
+        elif tensor.name not in declared:
+            as_inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
     skeleton = onnx.helper.make_graph(list(graph.node), graph.name, [*graph.input, *as_inputs], list(graph.output),
                                       small, value_info=list(graph.value_info))  # fmt: skip
     return onnx.helper.make_model(skeleton, opset_imports=list(proto.opset_import), ir_version=proto.ir_version,

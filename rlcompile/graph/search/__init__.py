@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import check_choice
 from rlcompile.graph.search.base import GraphSearch, Rewrite, SearchBudget, SearchResult, apply_exhaustively
 from rlcompile.graph.search.greedy import GreedySearch
 from rlcompile.graph.search.taso import TasoSearch
@@ -14,9 +14,7 @@ LEARNING_AGENTS = ("ppo", "world-model")
 
 def check_name(name: str) -> None:
     """Refuse an unknown agent name without importing a learning agent (torch_geometric: ~10 s on 2 cores)."""
-    if name not in SEARCHES and name not in LEARNING_AGENTS:
-        choices = ", ".join([*SEARCHES, *LEARNING_AGENTS])
-        raise RlcompileError(f"unknown graph agent {name!r}; choose from {choices}")
+    check_choice("graph agent", name, [*SEARCHES, *LEARNING_AGENTS])
 
 
 def search_class(name: str) -> type[GraphSearch]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import RlcompileError, check_choice
 from rlcompile.kernel.strategies.annealing import SimulatedAnnealing
 from rlcompile.kernel.strategies.base import Proposal, SearchContext, SearchStrategy
 from rlcompile.kernel.strategies.droplet import DropletSearch
@@ -41,10 +41,8 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 def create(name: str, seed: int = 0, **options) -> SearchStrategy:
     """Instantiate a strategy by name with its options."""
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
-        raise RlcompileError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
+    check_choice("strategy", name, list(STRATEGIES))
+    cls = STRATEGIES[name]
     if "sampling" in options and name not in SAMPLING_STRATEGIES:
         raise RlcompileError(f"--sampling applies to {', '.join(SAMPLING_STRATEGIES)}, not {name}")
     try:

@@ -122,7 +122,6 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     selection.native_calls = natives
     selection.take_final(time_candidates(grouped, selection.candidates, natives, timing, progress, final_deadline,
                                          model.proto))  # fmt: skip
-    selection.choose()
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
     if grouped is not selection.grouped:
