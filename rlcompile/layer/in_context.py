@@ -125,10 +125,10 @@ def apply_group_prices(problem: SelectionProblem, factors: dict[str, dict[str, f
 
 
 def whole_model_prices(table: LookupTable) -> LookupTable:
-    """The table without the in-context corrections: what a plan of one library throughout costs, as the
-    calibration measured it (that library run whole). A group's price inside a short segment of a mixed plan is
-    not its share of the whole model's run (other fusions, other threading), so the segment clocks correct the
-    mixed plans' prices and leave the one-library plans' as calibrated."""
+    """The table without the in-context corrections: what a single-library plan costs (that library for every
+    group it runs, the default library for the rest), as the calibration measured it. A group's price inside a
+    short segment of a mixed plan is not its share of the whole model's run (other fusions, other threading), so
+    the segment clocks correct the mixed plans' prices and leave the single-library plans' as calibrated."""
     factors = table.notes.get("segment_factors") or {}
     if not factors:
         return table

@@ -503,10 +503,7 @@ def select_segments(
                                  progress, until, round_index)  # fmt: skip
         save_table(problem.table, path)
         compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
-    whole = SelectionProblem(whole_model_prices(problem.table))
-    for candidate in candidates:  # a one-library plan is priced as the calibration measured it, a mixed one in context
-        priced_by = whole if len(set(candidate.assignment)) == 1 else problem
-        candidate.predicted_ms = priced_by.total(priced_by.choices(candidate.assignment))
+    price_candidates(problem, candidates)
     # the model as the user has it, run natively by ORT and OpenVINO, is always a candidate: a runtime that cannot
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
@@ -607,6 +604,15 @@ def probe_candidates(candidates: list[Candidate]) -> list[Candidate]:
     """What a probe times: the plans no probe has measured yet, and the single-library plans (each library's speed
     now against the calibration's)."""
     return [c for c in candidates if not c.probed or c.single]
+
+
+def price_candidates(problem: SelectionProblem, candidates: list[Candidate]) -> None:
+    """Set each candidate's prediction: a single-library plan (one library wherever it runs, the default library
+    for the rest) as the calibration measured it, a mixed plan at the prices its segments' clocks corrected."""
+    whole = SelectionProblem(whole_model_prices(problem.table))
+    for candidate in candidates:
+        priced_by = whole if candidate.single or len(set(candidate.assignment)) == 1 else problem
+        candidate.predicted_ms = priced_by.total(priced_by.choices(candidate.assignment))
 
 
 def price_in_context(problem: SelectionProblem, candidates: list[Candidate], drift: Drift,

@@ -59,6 +59,22 @@ def test_a_segment_slower_in_context_makes_exactly_its_groups_dearer_and_the_sol
     assert whole_model_prices(corrected.table).options == chain_table().options
 
 
+def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mixed_plan_in_context():
+    """A library that cannot run every group runs the rest in the default library: that plan is what the
+    calibration measured, so the segment clocks' corrections (fitted on mixed plans) do not move its price."""
+    from rlcompile.layer.selection import Candidate, price_candidates
+
+    problem = SelectionProblem(chain_table())
+    corrected = apply_group_prices(problem, {"g1": {"a": 3.0}, "g2": {"b": 2.0}})
+    single_b = Candidate(["single:b"], ["a", "b", "b"], 0.0, single=["b"])  # "b" cannot run g1: "a" runs it
+    mixed = Candidate(["exact"], ["a", "b", "b"], 0.0)
+    price_candidates(corrected, [single_b, mixed])
+    calibrated = SelectionProblem(chain_table())
+    assert single_b.predicted_ms == pytest.approx(calibrated.total(calibrated.choices(single_b.assignment)))
+    assert mixed.predicted_ms == pytest.approx(corrected.total(corrected.choices(mixed.assignment)))
+    assert mixed.predicted_ms > single_b.predicted_ms
+
+
 def test_the_machines_drift_is_not_taken_for_a_price_and_two_contexts_meet_halfway():
     problem = SelectionProblem(chain_table())
     plan = ["a", "b", "b"]

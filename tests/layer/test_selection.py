@@ -313,7 +313,7 @@ def test_a_late_calibration_is_corrected_by_the_probes_measurement_of_the_single
     from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 
     edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
-    notes = {"cut_short": 1, "context_factor": {"a": 1.0, "b": 3.0}, "ort_native_ms": 9.0}
+    notes = {"cut_short": 1, "context_factor": {"a": 1.0, "b": 0.75 * FACTOR_RANGE[1]}, "ort_native_ms": 9.0}
     table = LookupTable("toy", ["g1", "g2"], {"g1": {"a": 1.0, "b": 1.0}, "g2": {"a": 1.0, "b": 1.0}},
                         {"a": "a", "b": "b"}, edges, {}, host="host", default="a", notes=notes)  # fmt: skip
     assert late_calibration(table) and not late_calibration(LookupTable("t", [], {}, {}, [], {}))
@@ -324,7 +324,7 @@ def test_a_late_calibration_is_corrected_by_the_probes_measurement_of_the_single
     assert recalibrate(table, [mixed, on_b, on_a], ort_native_ms=4.5, progress=events.append)
     problem = SelectionProblem(table)
     assert problem.total(problem.choices(on_a.assignment)) == pytest.approx(4.0)  # the probe's measurement, x2
-    # b's factor would be x2 too, but its product with the calibration's 3.0 stays within the range: x4/3
+    # b's factor would be x2 too, but its product with the calibration's stays within the range: x4/3
     assert table.notes["context_factor"] == {"a": pytest.approx(2.0), "b": pytest.approx(FACTOR_RANGE[1])}
     assert table.notes["ort_native_ms"] == 4.5 and len(events) == 1
     assert not recalibrate(table, [mixed], 4.5, events.append)  # no single-library plan measured: nothing to fit

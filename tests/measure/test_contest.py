@@ -99,8 +99,8 @@ def test_settling_batches_time_only_the_contenders_still_in_contention():
     contenders = [Contender("original", sleeper(2)), Contender("twin", slow_at_first(2, 4, 10), twin_of="original"),
                   Contender("close", sleeper(2.05)), Contender("far behind", sleeper(6))]  # fmt: skip
     settled = run_contest(contenders, BLOCKS, rounds=5, settle=Settle(target=0.2))
-    assert settled.rounds == 10
-    assert settled["close"].repeats == settled["original"].repeats == 30
+    assert settled.rounds >= 10  # 10 unless a hiccup of the machine kept the twins apart for another batch
+    assert settled["close"].repeats == settled["original"].repeats == 3 * settled.rounds
     assert settled["far behind"].repeats == 15  # the first batch only: 3x the fastest, out of contention
 
 
