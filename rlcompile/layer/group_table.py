@@ -61,6 +61,8 @@ from rlcompile.measure import (
     MIN_ROUNDS,
     Contender,
     MeasureConfig,
+    Settle,
+    contest,
     measure_after,
     measure_latency,
     run_contest,
@@ -94,6 +96,10 @@ FACTOR_RANGE = (0.1, 10.0)
 PROBE_MAX_WIDTH = 4096
 #: Timing of the probes that measure what splitting a segment costs.
 BOUNDARY_TIMING = MeasureConfig(warmup=3, min_repeats=15, min_time_s=0.05, max_time_s=2.0, floor_repeats=3)
+#: Past the profile's deadline the :data:`MIN_PRICED` boundary shapes still measured take about a quarter of the
+#: time (hf:convnext's largest shape: 2.7 s at the full repeats on a slowed 2-core VM, 7.4 s for two shapes).
+LATE_BOUNDARY_REPEATS = 7
+LATE_BOUNDARY_TIMING = MeasureConfig(warmup=1, min_repeats=5, min_time_s=0.01, max_time_s=0.5, floor_repeats=1)
 #: The contender that runs the user's model natively in ONNX Runtime during calibration.
 NATIVE = "ort native"
 
@@ -184,19 +190,20 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
 
 
 def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int, path: Path,
-                           progress: Listener = ignore,
-                           deadline: float | None = None) -> tuple[LookupTable, bool]:  # fmt: skip
+                           progress: Listener = ignore, deadline: float | None = None,
+                           calibrate_by: float | None = None) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused).
 
     ``deadline`` (``time.monotonic()``): past it, the groups left are profiled on the default library only
     (the others are then no option for them); such a cut-short table is used but not saved as complete, so
-    the next run resumes the profile from its checkpoint.
+    the next run resumes the profile from its checkpoint. ``calibrate_by``: when the calibration's contest ends.
     """
     if (stored := read_table(path, progress)) is not None:
         return stored, True
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    table = profile_groups(grouped, created, threads, progress, checkpoint=partial, deadline=deadline)
+    table = profile_groups(grouped, created, threads, progress, checkpoint=partial, deadline=deadline,
+                           calibrate_by=calibrate_by)  # fmt: skip
     if save_table(table, path):
         partial.unlink(missing_ok=True)
     return table, False
@@ -204,8 +211,10 @@ def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime]
 
 def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int,
                    progress: Listener = ignore, timing: MeasureConfig = LAYER_TIMING,
-                   checkpoint: Path | None = None, deadline: float | None = None) -> LookupTable:  # fmt: skip
-    """Standalone group times, boundary costs, then the calibration on single-library plans.
+                   checkpoint: Path | None = None, deadline: float | None = None,
+                   calibrate_by: float | None = None) -> LookupTable:  # fmt: skip
+    """Standalone group times, boundary costs, then the calibration on single-library plans (its contest
+    ending by ``calibrate_by``).
 
     With ``checkpoint``, every profiled group is saved there at once and reused by the next run, so an
     interrupted profile resumes at the group where it stopped.
@@ -226,7 +235,8 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     table = LookupTable(grouped.name, names, standalone, {name: name for name in created}, edges, conversions,
                         rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
     late = bool(cut or estimated)
-    calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if late else PLAN_TIMING, late=late)
+    calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if late else PLAN_TIMING, late=late,
+              deadline=calibrate_by)  # fmt: skip
     if late:
         table.notes["cut_short"] = len(cut)
         table.notes["boundaries_estimated"] = estimated
@@ -334,10 +344,11 @@ def handoff_ms(before: Callable[[], object] | None, after: Callable[[], object],
     return measure_after(before, after, repeats)
 
 
-def split_ms(single: Callable[[np.ndarray], object], chain: Callable[[np.ndarray], object], array: np.ndarray) -> float:
+def split_ms(single: Callable[[np.ndarray], object], chain: Callable[[np.ndarray], object], array: np.ndarray,
+             timing: MeasureConfig = BOUNDARY_TIMING) -> float:  # fmt: skip
     """What cutting a library's segment at a tensor costs: two one-operator segments minus one of two operators."""
-    apart = measure_latency(lambda: single(single(array)[0]), BOUNDARY_TIMING).median_ms
-    together = measure_latency(lambda: chain(array), BOUNDARY_TIMING).median_ms
+    apart = measure_latency(lambda: single(single(array)[0]), timing).median_ms
+    together = measure_latency(lambda: chain(array), timing).median_ms
     return max(0.0, apart - together)
 
 
@@ -367,17 +378,19 @@ def time_boundaries(meeting: Mapping[tuple, set[str]], created, threads,
 
     The shapes are measured smallest and largest first, then the sizes between (:func:`spread_order`); past
     ``deadline`` (after :data:`MIN_PRICED` shapes) the shapes left are priced by :func:`fit_by_size` from
-    the measured ones: a boundary left unpriced would be free, and the solver would cross libraries for nothing.
+    the measured ones: a boundary left unpriced would be free, and the solver would cross libraries for nothing;
+    the shapes measured past it are measured with fewer repeats (:data:`LATE_BOUNDARY_TIMING`).
     """
     conversions: dict[str, dict[str, float]] = {}
     rng = np.random.default_rng(0)
     shapes = spread_order(sorted(meeting, key=lambda shape: (int(np.prod(shape)), shape)))
     for index, shape in enumerate(shapes):
-        if deadline is not None and index >= MIN_PRICED and time.monotonic() > deadline:
+        late = deadline is not None and time.monotonic() > deadline
+        if late and index >= MIN_PRICED:
             break
         libraries = {name: library for name, library in created.items() if name in meeting[shape]}
         try:
-            conversions[shape_key(shape)] = time_boundary(shape, libraries, threads, rng)
+            conversions[shape_key(shape)] = time_boundary(shape, libraries, threads, rng, late)
         except Exception as error:  # a probe a library refuses leaves that boundary unpriced, reported
             conversions[shape_key(shape)] = {"error": first_line(error)}
     left = [shape for shape in shapes if shape_key(shape) not in conversions]
@@ -429,23 +442,25 @@ def fit_by_size(measured: Mapping[tuple, Mapping[str, float]], shape: tuple[int,
     return {key: line(key) for key in keys}
 
 
-def time_boundary(shape: tuple[int, ...], created, threads: int, rng: np.random.Generator) -> dict[str, float]:
-    """The boundary costs of one tensor shape (see :func:`time_boundaries`)."""
+def time_boundary(shape: tuple[int, ...], created, threads: int, rng: np.random.Generator,
+                  late: bool = False) -> dict[str, float]:  # fmt: skip
+    """The boundary costs of one tensor shape (see :func:`time_boundaries`); ``late``: fewer repeats."""
+    timing, repeats = (LATE_BOUNDARY_TIMING, LATE_BOUNDARY_REPEATS) if late else (BOUNDARY_TIMING, BOUNDARY_REPEATS)
     array = rng.standard_normal(shape).astype(np.float32)
     options = RuntimeOptions(threads)
     single = {name: library.compile(probe_model(shape, 1), options) for name, library in created.items()}
     chain = {name: library.compile(probe_model(shape, 2), options) for name, library in created.items()}
     calls = {name: (lambda runner=runner, array=array: runner([array])) for name, runner in single.items()}
-    split = {name: split_ms(lambda x, r=single[name]: r([x]), lambda x, r=chain[name]: r([x]), array)
+    split = {name: split_ms(lambda x, r=single[name]: r([x]), lambda x, r=chain[name]: r([x]), array, timing)
              for name in created}  # fmt: skip
-    after_self = {name: handoff_ms(calls[name], calls[name]) for name in created}
+    after_self = {name: handoff_ms(calls[name], calls[name], repeats) for name in created}
     entry = {}
     for target in created:
         entry[f"host->{target}"] = split[target] / 2
         entry[f"{target}->host"] = split[target] / 2
         for source in created:
             if source != target:
-                penalty = max(0.0, handoff_ms(calls[source], calls[target]) - after_self[target])
+                penalty = max(0.0, handoff_ms(calls[source], calls[target], repeats) - after_self[target])
                 entry[f"{source}->{target}"] = (split[source] + split[target]) / 2 + penalty
     return entry | {f"split:{name}": ms for name, ms in split.items()}
 
@@ -470,11 +485,14 @@ def single_library_plan(table: LookupTable, library: str) -> list[str]:
 
 
 def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener,
-              timing: MeasureConfig = PLAN_TIMING, late: bool = False) -> None:  # fmt: skip
+              timing: MeasureConfig = PLAN_TIMING, late: bool = False, deadline: float | None = None,
+              ) -> None:  # fmt: skip
     """Scale each library's in-context estimates so the table predicts its measured single-library plan.
 
     The single-library plans are timed in turns (five rounds), so a slow spell of a shared machine
-    does not land on one library's factor; ``late`` (past the profile's deadline): two rounds.
+    does not land on one library's factor; ``late`` (past the profile's deadline): two rounds. ``deadline``
+    (``time.monotonic()``): the contest is shortened to end by it, down to its floor
+    (:func:`~rlcompile.measure.contest.floor_seconds`, which whoever sets the deadline reserves).
     """
     raw = {name: dict(options) for name, options in table.options.items()}
     table.options = in_context(table, grouped)
@@ -498,7 +516,12 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     if grouped.original is not None:
         native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
         contenders.append(Contender(NATIVE, native.timer(feeds), wind_down_s=wind_down_s(REFERENCE_RUNTIME, True)))
-    standings = run_contest(contenders, timing, MIN_ROUNDS if late else DECISION_ROUNDS)
+    rounds = MIN_ROUNDS if late else DECISION_ROUNDS
+    settle = None
+    if deadline is not None:  # unspread rounds take about rounds/2 of what fit_within counts for a contest
+        timing = contest.fit_within(timing, len(contenders), max(0.0, deadline - time.monotonic()) * 2 / rounds)
+        settle = Settle(max_batches=1, deadline=deadline)
+    standings = run_contest(contenders, timing, rounds, settle)
     measured = {name: standings.median(name) for name in plans}
     table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": {},
                    "single_library_ms": measured,

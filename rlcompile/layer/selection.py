@@ -181,6 +181,8 @@ class Selection:
     native_calls: dict[str, Callable[[], object]] = field(default_factory=dict, repr=False)
     #: each native run's block median in each round of the final contest, by round number
     native_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
+    #: ONNX Runtime's outputs of the model on the grouped model's feeds (what the plans were checked against)
+    reference: list[np.ndarray] | None = field(default=None, repr=False)
 
     def take_final(self, final: Standings) -> None:
         """Record the final contest's native runs (their latencies and blocks by round) and its rounds, and pick the
@@ -467,13 +469,15 @@ def select_segments(
     started = time.monotonic()
     natives = native_timers(original, grouped.feeds, threads, created, progress)
     compile_s = (time.monotonic() - started) / len(natives)  # a whole-model compile, until plans are timed
-    profile_deadline, call_s = None, 0.0
-    if deadline is not None:  # the final contest's least time and the compiles after the profile, then a share
+    profile_deadline, calibrate_by, call_s = None, None, 0.0
+    if deadline is not None:  # the contests' least times and the compiles after the profile, then a share
         call_s = call_seconds(natives["ort native"])
         floor_s = contest.floor_seconds([call_s] * (len(natives) + len(created) + 2), ROUNDS)
-        reserved = floor_s + later_compiles(len(created)) * compile_s
+        calibration_s = contest.floor_seconds([call_s] * (len(created) + 1))  # each library's plan and ORT native
+        reserved = floor_s + calibration_s + later_compiles(len(created)) * compile_s
         profile_deadline = deadline - reserved - FINAL_SHARE * max(0.0, deadline - reserved - time.monotonic())
-    table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline)
+        calibrate_by = profile_deadline + calibration_s + (len(created) + 1) * compile_s
+    table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline, calibrate_by)
     if reused:
         progress(Reuse("layer", f"reused the lookup table {path}", "table"))
     elif table.notes.get("cut_short") or table.notes.get("boundaries_estimated"):
@@ -510,7 +514,8 @@ def select_segments(
                                       skip=natively_run(candidates, original))  # fmt: skip
     final = time_candidates(grouped, candidates, natives, timing, progress, deadline, original.proto)
     selection = Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
-                          pick(candidates), unavailable=unavailable, native_calls=natives)  # fmt: skip
+                          pick(candidates), unavailable=unavailable, native_calls=natives,
+                          reference=reference)  # fmt: skip
     selection.take_final(final)  # the pick again, ties now within the contest's noise
     return selection
 

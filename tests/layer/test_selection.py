@@ -169,8 +169,10 @@ def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_no
     created = {"ort": runtimes.create("ort"), "openvino": runtimes.create("openvino")}
     path = tmp_path / "table.json"
     events: list[Event] = []
-    table, reused = load_or_profile_groups(grouped, created, 1, path, events.append, deadline=time.monotonic())
+    now = time.monotonic()
+    table, reused = load_or_profile_groups(grouped, created, 1, path, events.append, deadline=now, calibrate_by=now)
     assert not reused and table.notes["cut_short"] == len(grouped.groups)
+    assert set(table.notes["single_library_ms"]) == {"ort"}  # the calibration, past its own deadline, at its floor
     assert all(set(options) == {"ort"} for options in table.options.values())
     priced = [entry for entry in table.conversions.values() if "error" not in entry]
     assert priced and all(set(entry) == {"split:ort", "host->ort", "ort->host"} for entry in priced)  # no hand-offs
@@ -304,6 +306,34 @@ def test_a_fitted_boundary_follows_size_and_pools_the_pairs_never_measured():
     assert fitted["split:a"] == pytest.approx(2.0) and fitted["a->b"] == pytest.approx(3.0)
     assert fitted["b->c"] == pytest.approx(3.0)  # never measured: every hand-off measured, pooled
     assert spread_order(list(range(6))) == [0, 5, 2, 1, 3, 4]  # any prefix spans the sizes
+
+
+class CountingRuntime:
+    """ONNX Runtime, each call of what it compiles counted."""
+
+    def __init__(self):
+        self.inner, self.calls = rlcompile.runtimes.create("ort"), 0
+
+    def compile(self, proto, options):
+        runner = self.inner.compile(proto, options)
+
+        def run(inputs):
+            self.calls += 1
+            return runner(inputs)
+
+        return run
+
+
+def test_boundary_probes_past_the_profiles_deadline_take_far_fewer_calls():
+    from rlcompile.layer.group_table import time_boundary
+
+    calls = []
+    for late in (False, True):
+        library = CountingRuntime()
+        entry = time_boundary((1, 8), {"ort": library}, 1, np.random.default_rng(0), late)
+        assert set(entry) == {"host->ort", "ort->host", "split:ort"}
+        calls.append(library.calls)
+    assert 3 * calls[1] < calls[0]
 
 
 def test_a_late_calibration_is_corrected_by_the_probes_measurement_of_the_single_library_plans():
