@@ -42,7 +42,7 @@ from rlcompile.events import Event, Listener
 from rlcompile.kernel.tasks import Task, param_shapes, unblocked
 from rlcompile.machine import cpu_identity
 from rlcompile.measure.timing import MeasureConfig, measure_latency
-from rlcompile.models.onnx_model import graph_inputs, inferred_values, random_tensor
+from rlcompile.models.onnx_model import graph_inputs, inferred_values, random_tensor, static_shapes
 from rlcompile.peak import Peak, PeakUnknown, fma_peak
 from rlcompile.tvm_bridge import tvm
 
@@ -118,12 +118,10 @@ def graph_operators(proto: onnx.ModelProto) -> dict[tuple, onnx.ModelProto]:
     """Each distinct convolution and matrix multiplication of a static-shaped graph, as a one-node model."""
     values = inferred_values(proto)
     initializers = {tensor.name: tensor for tensor in proto.graph.initializer}
+    shapes = static_shapes(proto, values)
 
     def shape(name: str) -> list[int]:
-        if name in initializers:
-            return list(initializers[name].dims)
-        dims = values[name].type.tensor_type.shape.dim if name in values else []
-        return [dim.dim_value for dim in dims]
+        return list(shapes.get(name, ()))  # empty: not static, no operator key
 
     found: dict[tuple, onnx.ModelProto] = {}
     for node in proto.graph.node:

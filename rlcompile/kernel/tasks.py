@@ -25,7 +25,7 @@ import onnx
 from rlcompile import atomic
 from rlcompile.errors import RlcompileError, RlcompileWarning, first_line
 from rlcompile.models import LoadedModel, load_model
-from rlcompile.models.onnx_model import inferred_values
+from rlcompile.models.onnx_model import static_shapes
 from rlcompile.names import LAYOUTS
 from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, module_key, tvm
 
@@ -98,14 +98,11 @@ class Task:
 
 def conv_shapes(proto: onnx.ModelProto) -> list[ConvShape]:
     """Distinct Conv workloads of an ONNX graph, in graph order (shapes from ONNX shape inference)."""
-    shapes = {name: [d.dim_value for d in value.type.tensor_type.shape.dim]
-              for name, value in inferred_values(proto).items()}  # fmt: skip
-    for init in proto.graph.initializer:
-        shapes[init.name] = list(init.dims)
+    shapes = static_shapes(proto)
     found: list[ConvShape] = []
     for node in proto.graph.node:
-        if node.op_type != "Conv":
-            continue
+        if node.op_type != "Conv" or node.input[0] not in shapes or node.input[1] not in shapes:
+            continue  # a convolution of an unknown shape is no workload
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         batch, channels, height, width = shapes[node.input[0]]
         weight = shapes[node.input[1]]

@@ -200,6 +200,20 @@ def inferred_values(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     return {value.name: value for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
 
 
+def static_shapes(proto: onnx.ModelProto, values: Mapping[str, onnx.ValueInfoProto] | None = None,
+                  ) -> dict[str, tuple[int, ...]]:  # fmt: skip
+    """Every value whose shape is fully known, by name: the initializers' and, from ``values``
+    (:func:`inferred_values` when not given), those with every dimension a number."""
+    shapes = {}
+    for value in (inferred_values(proto) if values is None else values).values():
+        dims = value.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+            shapes[value.name] = tuple(d.dim_value for d in dims)
+    for init in proto.graph.initializer:
+        shapes[init.name] = tuple(init.dims)
+    return shapes
+
+
 def fix_input_shapes(
     proto: onnx.ModelProto, inputs: list[TensorSpec], overrides: Mapping[str, Shape], model_name: str
 ) -> tuple[list[TensorSpec], bool]:

@@ -89,3 +89,19 @@ def test_random_inputs_are_reproducible_and_typed() -> None:
     assert all(np.array_equal(first[k], second[k]) for k in first)
     assert not all(np.array_equal(first[k], other[k]) for k in first)
     assert first["input_ids"].dtype == np.int64 and set(np.unique(first["input_ids"])) <= {0, 1}
+
+
+def test_static_shapes_hold_the_initializers_and_only_the_values_whose_every_dimension_is_known(
+    dynamic_conv_model: Path,
+) -> None:
+    from rlcompile.kernel.tasks import conv_shapes
+    from rlcompile.models.onnx_model import static_shapes
+
+    proto = onnx.load(str(dynamic_conv_model))
+    shapes = static_shapes(proto)
+    assert shapes["weight"] == (8, 3, 3, 3) and shapes["zero"] == ()
+    assert not {"x", "conv", "relu", "y"} & set(shapes)  # a batch or a size that is a name: not static
+    assert conv_shapes(proto) == []  # no workload from a convolution of unknown size
+    folded = load_model(str(dynamic_conv_model), parse_input_shapes(["x=1,3,16,16"])).proto
+    assert static_shapes(folded)["conv"] == (1, 8, 16, 16)
+    assert [(c.batch, c.in_channels, c.height) for c in conv_shapes(folded)] == [(1, 3, 16)]

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from rlcompile.layer.precision.quantize import QUANTIZED_OPS
-from rlcompile.models.onnx_model import inferred_values
+from rlcompile.models.onnx_model import inferred_values, static_shapes
 from rlcompile.runtimes import Runtime
 
 
@@ -99,14 +99,7 @@ def value_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
         values = inferred_values(proto)
     except Exception:  # a model shape inference cannot walk: the proxy then counts 1 MAC per anchor
         values = {value.name: value for value in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]}
-    shapes = {}
-    for value in values.values():
-        dims = value.type.tensor_type.shape.dim
-        if dims and all(d.HasField("dim_value") for d in dims):
-            shapes[value.name] = tuple(d.dim_value for d in dims)
-    for init in proto.graph.initializer:
-        shapes[init.name] = tuple(init.dims)
-    return shapes
+    return static_shapes(proto, values)
 
 
 def node_macs(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float:
