@@ -104,8 +104,7 @@ def make_backend(name: str, args: argparse.Namespace):
     """The runtime ``run``/``compare`` time a whole model with (``--backend(s)``: ort or tvm)."""
     from rlcompile import runtimes
 
-    if name not in MODEL_RUNTIMES:
-        raise RlcompileError(f"unknown backend {name!r}; choose from {', '.join(MODEL_RUNTIMES)}")
+    check_choice("backend", name, MODEL_RUNTIMES)
     options = {"ort": {"opt_level": args.ort_opt}, "tvm": {"target": args.target}}.get(name, {})
     return runtimes.create(name, **options)
 

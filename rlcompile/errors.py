@@ -7,7 +7,7 @@ says what is wrong and, where possible, what to do about it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 
 class RlcompileError(Exception):
@@ -16,7 +16,7 @@ class RlcompileError(Exception):
     exit_status = 2
 
 
-def check_choice(kind: str, name: str, choices: Sequence[str]) -> None:
+def check_choice(kind: str, name: str, choices: Collection[str]) -> None:
     """Refuse ``name`` unless it is one of ``choices``: "unknown {kind} ...; choose from ..."."""
     if name not in choices:
         raise RlcompileError(f"unknown {kind} {name!r}; choose from {', '.join(choices)}")

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from rlcompile.errors import RlcompileError, first_line
+from rlcompile.errors import RlcompileError, check_choice, first_line
 from rlcompile.events import Listener, Phase, ignore
 from rlcompile.manifest import Manifest
 from rlcompile.measure import DEFAULT, MeasureConfig, measure_latency
@@ -83,8 +83,7 @@ def export_plan(plan_dir: str | Path, target: str, output: str | Path, timing: M
     from rlcompile.plan import load_plan
 
     plan_dir, output = Path(plan_dir), Path(output)
-    if target not in EXPORT_TARGETS:
-        raise RlcompileError(f"unknown export target {target!r}; choose from {', '.join(EXPORT_TARGETS)}")
+    check_choice("export target", target, EXPORT_TARGETS)
     manifest = read_manifest(plan_dir)
     check_runs_alone(manifest, target)
     if output.resolve() == plan_dir.resolve():

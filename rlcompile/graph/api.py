@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import RlcompileError, check_choice
 from rlcompile.events import Decision, Event, Listener, Phase, ignore
 from rlcompile.graph import cost, onnx_graph, rules, search
 from rlcompile.graph.cleanup import CLEANUP_RULES, clean_graph
@@ -73,8 +73,7 @@ class GraphRequest:
         if self.load is not None and not Path(self.load).is_file():
             raise RlcompileError(f"no such checkpoint: {self.load}")
         search_rules(self)
-        if self.cost not in cost.COST_MODELS:
-            raise RlcompileError(f"unknown cost model {self.cost!r}; choose from {', '.join(cost.COST_MODELS)}")
+        check_choice("cost model", self.cost, cost.COST_MODELS)
 
 
 @dataclass

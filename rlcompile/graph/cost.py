@@ -23,7 +23,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from rlcompile import atomic
-from rlcompile.errors import RlcompileError, first_line
+from rlcompile.errors import RlcompileError, check_choice, first_line
 from rlcompile.graph import onnx_graph, regions
 from rlcompile.graph.regions import operator_key
 from rlcompile.machine import cpu_identity, host_cores
@@ -270,6 +270,7 @@ def create(name: str, feeds: dict[str, np.ndarray] | None = None) -> CostModel:
     """``sum`` (per-operator, cached), ``fused`` (the same, ORT's Conv+activation fusion free), ``region``
     (ORT's fusion units timed as subgraphs, cached), ``context`` (the parent's cost plus the rewritten
     region timed in context) or ``measured`` (whole graph; needs ``feeds``)."""
+    check_choice("cost model", name, COST_MODELS)
     if name == "sum":
         return OperatorCostModel()
     if name == "fused":
@@ -278,6 +279,6 @@ def create(name: str, feeds: dict[str, np.ndarray] | None = None) -> CostModel:
         return RegionCostModel()
     if name == "context":
         return ContextCostModel()
-    if name == "measured" and feeds is not None:
-        return MeasuredCostModel(feeds)
-    raise RlcompileError(f"unknown cost model {name!r}; choose from {', '.join(COST_MODELS)}")
+    if feeds is None:
+        raise RlcompileError("the measured cost model times whole graphs: it needs the model's inputs (feeds)")
+    return MeasuredCostModel(feeds)

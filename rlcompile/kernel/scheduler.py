@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import check_choice
 
 if TYPE_CHECKING:
     from rlcompile.kernel.tuner import TaskState
@@ -94,6 +94,5 @@ NAMES = {cls.name: cls for cls in (Gradient, RoundRobin)}
 
 def create(name: str) -> TaskScheduler:
     """``create("gradient")`` / ``create("round-robin")``."""
-    if name not in NAMES:
-        raise RlcompileError(f"unknown task scheduler {name!r}; choose from {', '.join(NAMES)}")
+    check_choice("task scheduler", name, NAMES)
     return NAMES[name]()

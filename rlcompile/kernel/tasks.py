@@ -23,7 +23,7 @@ from pathlib import Path
 import onnx
 
 from rlcompile import atomic
-from rlcompile.errors import RlcompileError, RlcompileWarning, first_line
+from rlcompile.errors import RlcompileError, RlcompileWarning, check_choice, first_line
 from rlcompile.models import LoadedModel, load_model
 from rlcompile.models.onnx_model import static_shapes
 from rlcompile.names import LAYOUTS
@@ -174,8 +174,7 @@ def prepare_relax(model: LoadedModel, layout: str = "nchw", target: tvm.target.T
     """Import and fold batch norms into the preceding convolutions, in ``layout`` (what both tuning and building
     see). The weights' layout transforms are folded into the constants: a blocked weight costs nothing at run
     time. A model the blocking passes fail on stays NCHW, with a warning (the same at tuning and build time)."""
-    if layout not in LAYOUTS:
-        raise RlcompileError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
+    check_choice("layout", layout, LAYOUTS)
     module = import_onnx(model.static_proto(), model.name)
     module = tvm.transform.Sequential([tvm.relax.transform.FoldBatchnormToConv2D(),
                                        tvm.relax.transform.FoldConstant()])(module)  # fmt: skip

@@ -5,7 +5,7 @@ Each runtime's module (and the library behind it) is imported only when that run
 
 from __future__ import annotations
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import check_choice
 from rlcompile.names import DEFAULT_RUNTIMES, REFERENCE_RUNTIME, RUNTIMES
 from rlcompile.runtimes.base import NATIVE, PRECISIONS, Runner, Runtime, RuntimeOptions
 
@@ -31,7 +31,8 @@ def create(name: str, **options: object) -> Runtime:
         from rlcompile.runtimes.tvm import TvmRuntime
 
         return TvmRuntime(**options)  # type: ignore[arg-type]
-    raise RlcompileError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}")
+    check_choice("runtime", name, RUNTIMES)
+    raise AssertionError(f"runtime {name!r} is listed but not created")
 
 
 def parse(text: str | None, with_tvm: bool = False) -> list[str]:
@@ -43,6 +44,5 @@ def parse(text: str | None, with_tvm: bool = False) -> list[str]:
     if not text and with_tvm:
         names.append("tvm")
     for name in names:
-        if name not in RUNTIMES:
-            raise RlcompileError(f"unknown library {name!r}; choose from {', '.join(RUNTIMES)}")
+        check_choice("library", name, RUNTIMES)
     return [REFERENCE_RUNTIME, *[name for name in dict.fromkeys(names) if name != REFERENCE_RUNTIME]]

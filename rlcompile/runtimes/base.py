@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 import onnx
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import RlcompileError, check_choice
 from rlcompile.machine import host_cores
 
 Feeds = Mapping[str, np.ndarray]
@@ -49,8 +49,7 @@ class RuntimeOptions:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise RlcompileError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+        check_choice("precision", self.precision, PRECISIONS)
         if self.threads is not None and self.threads < 1:
             raise RlcompileError(f"threads must be at least 1, not {self.threads}")
 

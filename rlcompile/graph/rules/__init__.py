@@ -6,7 +6,7 @@ rules.all_rules()                     # every rule, in a fixed order (the action
 
 from __future__ import annotations
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import check_choice
 from rlcompile.graph.rules.activation import HardSwishAsHardSigmoid
 from rlcompile.graph.rules.algebra import (
     ConvLinearity,
@@ -69,10 +69,8 @@ RULE_IDS = tuple(cls.id for cls in RULE_CLASSES)
 
 
 def create(rule_id: str) -> Rule:
-    for cls in RULE_CLASSES:
-        if cls.id == rule_id:
-            return cls()
-    raise RlcompileError(f"unknown rule {rule_id!r}; choose from {', '.join(RULE_IDS)}")
+    check_choice("rule", rule_id, RULE_IDS)
+    return next(cls for cls in RULE_CLASSES if cls.id == rule_id)()
 
 
 def all_rules(ids: list[str] | None = None) -> list[Rule]:

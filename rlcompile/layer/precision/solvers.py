@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import check_choice
 from rlcompile.layer.precision.evaluate import BudgetSpent, Evaluation, Evaluator
 from rlcompile.layer.precision.space import Mode, PrecisionPlan, weight_share
 
@@ -227,6 +227,5 @@ SOLVERS: dict[str, Callable[..., SearchResult]] = {
 
 
 def create(name: str) -> Callable[..., SearchResult]:
-    if name not in SOLVERS:
-        raise RlcompileError(f"unknown precision search {name!r}; choose from {', '.join(SOLVERS)}")
+    check_choice("precision search", name, SOLVERS)
     return SOLVERS[name]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import check_choice
 from rlcompile.layer.solvers.base import Solver, SolverResult
 from rlcompile.layer.solvers.qlearning import QLearning
 from rlcompile.layer.solvers.simple import Exact, Greedy, RandomSearch, SingleLibrary
@@ -13,10 +13,8 @@ SOLVERS: dict[str, type[Solver]] = {
 
 
 def create(name: str, **options: object) -> Solver:
-    try:
-        return SOLVERS[name](**options)
-    except KeyError:
-        raise RlcompileError(f"unknown layer agent {name!r}; choose from {', '.join(SOLVERS)}") from None
+    check_choice("layer agent", name, SOLVERS)
+    return SOLVERS[name](**options)
 
 
 __all__ = ["SOLVERS", "Solver", "SolverResult", "create"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import check_choice
 from rlcompile.layer.per_operator.network import Layer
 from rlcompile.layer.per_operator.primitives.base import LAYOUTS, THREADS, Kernel, Primitive, convert, thread_limit
 from rlcompile.layer.per_operator.primitives.numpy_lowering import (
@@ -39,10 +39,9 @@ def all_primitives() -> list[Primitive]:
 
 
 def create(name: str) -> Primitive:
-    for cls in PRIMITIVE_CLASSES:
-        if cls.name == name:
-            return cls()
-    raise RlcompileError(f"unknown primitive {name!r}; choose from {', '.join(c.name for c in PRIMITIVE_CLASSES)}")
+    by_name = {cls.name: cls for cls in PRIMITIVE_CLASSES}
+    check_choice("primitive", name, by_name)
+    return by_name[name]()
 
 
 def candidates(layer: Layer) -> list[Primitive]:
