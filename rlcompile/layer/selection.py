@@ -216,8 +216,7 @@ class Selection:
         cannot run every group alone has no prediction: NaN)."""
         if not math.isfinite(candidate.predicted_ms):
             return candidate.predicted_ms
-        problem = self.problem
-        return candidate.predicted_ms * self.drifts.of_plan(problem, problem.choices(candidate.assignment))
+        return candidate.predicted_ms * plan_drift(self.drifts, self.problem, candidate)
 
     def round_ratios(self, candidate: Candidate) -> list[float]:
         """The candidate's measurement over the table's prediction in each round of the final contest, the
@@ -240,8 +239,6 @@ class Selection:
         then_ort = self.table.notes.get("ort_native_ms")
         singles = {library: c.round_ms for c in self.candidates if c.round_ms for library in c.single}
         ort = self.native_round_ms.get("ort native", {})
-        problem = self.problem
-        choices = problem.choices(candidate.assignment)
         ratios = []
         for number, ms in sorted(candidate.round_ms.items()):
             now = {library: blocks[number] for library, blocks in singles.items() if number in blocks}
@@ -249,7 +246,7 @@ class Selection:
             if default is None or any(library in then and library not in now for library in set(candidate.assignment)):
                 continue
             drift = measure_drift(then, now, default)
-            ratios.append(ms / (candidate.predicted_ms * drift.of_plan(problem, choices)))
+            ratios.append(ms / (candidate.predicted_ms * plan_drift(drift, self.problem, candidate)))
         return ratios
 
     def measured_over_expected(self, candidate: Candidate) -> float:
@@ -609,6 +606,14 @@ def probe_candidates(candidates: list[Candidate]) -> list[Candidate]:
     """What a probe times: the plans no probe has measured yet, and the single-library plans (each library's speed
     now against the calibration's)."""
     return [c for c in candidates if not c.probed or c.single]
+
+
+def plan_drift(drift: Drift, problem: SelectionProblem, candidate: Candidate) -> float:
+    """How much slower ``candidate`` runs now than at the table's calibration: a single-library plan as its library
+    (that plan then and now is the library's drift), a mixed plan by its libraries' shares of its time."""
+    if candidate.single:
+        return drift.of(candidate.single[0])
+    return drift.of_plan(problem, problem.choices(candidate.assignment))
 
 
 def price_candidates(problem: SelectionProblem, candidates: list[Candidate]) -> None:

@@ -62,7 +62,7 @@ def test_a_segment_slower_in_context_makes_exactly_its_groups_dearer_and_the_sol
 def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mixed_plan_in_context():
     """A library that cannot run every group runs the rest in the default library: that plan is what the
     calibration measured, so the segment clocks' corrections (fitted on mixed plans) do not move its price."""
-    from rlcompile.layer.selection import Candidate, price_candidates
+    from rlcompile.layer.selection import Candidate, plan_drift, price_candidates
 
     problem = SelectionProblem(chain_table())
     corrected = apply_group_prices(problem, {"g1": {"a": 3.0}, "g2": {"b": 2.0}})
@@ -73,6 +73,10 @@ def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mix
     assert single_b.predicted_ms == pytest.approx(calibrated.total(calibrated.choices(single_b.assignment)))
     assert mixed.predicted_ms == pytest.approx(corrected.total(corrected.choices(mixed.assignment)))
     assert mixed.predicted_ms > single_b.predicted_ms
+    # "b" ran its plan 1.5x slower than at the calibration, "a" 3x: that plan drifts as "b", a mixed one by shares
+    drift = Drift({"a": 3.0, "b": 1.5})
+    assert plan_drift(drift, calibrated, single_b) == pytest.approx(1.5)
+    assert 1.5 < plan_drift(drift, calibrated, mixed) < 3.0
 
 
 def test_the_machines_drift_is_not_taken_for_a_price_and_two_contexts_meet_halfway():
