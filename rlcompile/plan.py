@@ -40,7 +40,6 @@ from rlcompile.machine import check_machine, environment
 from rlcompile.manifest import MANIFEST, Manifest, OptimizeRecord
 from rlcompile.models.onnx_model import LoadedModel, TensorSpec
 from rlcompile.runtimes import RuntimeOptions
-from rlcompile.runtimes.ort import run_proto
 
 REFERENCE = "reference.npz"
 SEGMENTS = "segments"
@@ -82,12 +81,9 @@ def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None) 
                for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
     model, chosen = selection.model, selection.chosen
     feeds = selection.grouped.feeds
-    # a plan below fp32 is checked to run as it did (its own outputs); an fp32 plan against ONNX Runtime's (as the
-    # selection ran it, or once more: compiling a 100 MB model again took 2 s of a 60 s budget)
-    if chosen.accuracy:
-        reference = chosen.engine.run(feeds)
-    else:
-        reference = selection.reference if selection.reference is not None else run_proto(model.proto, feeds)
+    # a plan below fp32 is checked to run as it did (its own outputs); an fp32 plan against ONNX Runtime's, as the
+    # selection ran it (compiling a 100 MB model again took 2 s of a 60 s budget)
+    reference = chosen.engine.run(feeds) if chosen.accuracy else selection.reference_outputs()
     arrays = {f"input:{name}": value for name, value in feeds.items()}
     arrays |= {f"output:{index}": value for index, value in enumerate(reference)}
     np.savez(scratch / REFERENCE, **arrays)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from rlcompile.models.onnx_model import weightless
+from rlcompile.models.onnx_model import inferred_values
 
 #: Metadata keys (on ``Graph.meta`` / ``Value.meta``); meta survives :func:`clone`.
 _NAME_COUNTER = "rlcompile.names"
@@ -27,7 +27,7 @@ _PARENT = "rlcompile.parent"
 def from_proto(proto: onnx.ModelProto) -> ir.Model:
     """Shape-infer ``proto`` and convert it; nodes without a unique name get one.
 
-    Inference runs on the weightless skeleton (:func:`~rlcompile.models.onnx_model.weightless`: hf:convnext's
+    Inference runs on the weightless skeleton (:func:`~rlcompile.models.onnx_model.inferred_values`: hf:convnext's
     111 MB took 1.6 s whole) and its shapes are set on the converted model's values; a graph with subgraphs
     (If, Loop, Scan) is inferred whole, so that their values get shapes too.
     """
@@ -35,8 +35,7 @@ def from_proto(proto: onnx.ModelProto) -> ir.Model:
            for node in proto.graph.node for attribute in node.attribute):  # fmt: skip
         model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto, data_prop=True))
     else:
-        inferred = onnx.shape_inference.infer_shapes(weightless(proto), data_prop=True)
-        known = {value.name: value for value in [*inferred.graph.value_info, *inferred.graph.output]}
+        known = inferred_values(proto, data_prop=True)
         model = ir.serde.deserialize_model(proto)
         for node in model.graph:
             for output in node.outputs:

@@ -184,6 +184,12 @@ class Selection:
     #: ONNX Runtime's outputs of the model on the grouped model's feeds (what the plans were checked against)
     reference: list[np.ndarray] | None = field(default=None, repr=False)
 
+    def reference_outputs(self) -> list[np.ndarray]:
+        """:attr:`reference`, computed on first use when the selection was made without it."""
+        if self.reference is None:
+            self.reference = run_proto(self.model.proto, self.grouped.feeds)
+        return self.reference
+
     def take_final(self, final: Standings) -> None:
         """Record the final contest's native runs (their latencies and blocks by round) and its rounds, and pick the
         plan from the candidates' measurements in it, ties within its noise (:func:`pick`)."""

@@ -193,10 +193,11 @@ def weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
                                   functions=list(proto.functions))  # fmt: skip
 
 
-def inferred_values(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+def inferred_values(proto: onnx.ModelProto, data_prop: bool = False) -> dict[str, onnx.ValueInfoProto]:
     """Every value's type and shape by name, from ONNX shape inference on :func:`weightless` ``proto`` (graph
-    inputs, intermediate values, outputs; a weight appears as the input it became). Raises what inference raises."""
-    inferred = onnx.shape_inference.infer_shapes(weightless(proto))
+    inputs, intermediate values, outputs; a weight appears as the input it became). ``data_prop``: shape
+    computations (Shape, Gather, Concat) are propagated too. Raises what inference raises."""
+    inferred = onnx.shape_inference.infer_shapes(weightless(proto), data_prop=data_prop)
     return {value.name: value for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
 
 

@@ -51,8 +51,14 @@ def create_session(model_bytes: bytes, options: ort.SessionOptions, name: str) -
 
 def run_proto(proto: onnx.ModelProto, feeds: Feeds) -> list[np.ndarray]:
     """Run a model once with basic optimisations: the reference every result is verified against."""
+    return run_proto_on_each(proto, [feeds])[0]
+
+
+def run_proto_on_each(proto: onnx.ModelProto, samples: Sequence[Feeds]) -> list[list[np.ndarray]]:
+    """:func:`run_proto` on each of ``samples``, with one session (a session per sample compiled the model again
+    for every held-out sample)."""
     session = create_session(proto.SerializeToString(), session_options("basic"), proto.graph.name or "model")
-    return list(session.run(None, dict(feeds)))
+    return [list(session.run(None, dict(feeds))) for feeds in samples]
 
 
 class OrtRunner(Runner):

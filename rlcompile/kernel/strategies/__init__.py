@@ -41,7 +41,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 def create(name: str, seed: int = 0, **options) -> SearchStrategy:
     """Instantiate a strategy by name with its options."""
-    check_choice("strategy", name, list(STRATEGIES))
+    check_choice("strategy", name, STRATEGIES)
     cls = STRATEGIES[name]
     if "sampling" in options and name not in SAMPLING_STRATEGIES:
         raise RlcompileError(f"--sampling applies to {', '.join(SAMPLING_STRATEGIES)}, not {name}")

@@ -34,7 +34,7 @@ from rlcompile.layer.selection import native_timers as make_native_timers
 from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import random_tensor
-from rlcompile.runtimes.ort import run_proto
+from rlcompile.runtimes.ort import run_proto_on_each
 from rlcompile.verify import compare_outputs
 
 #: The searches run, in order (the agent's own comes last, with what the others measured in the cache).
@@ -99,7 +99,7 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     samples = load_samples(contract, specs, seed,
                            lambda rng: {spec.name: random_tensor(spec, rng) for spec in model.inputs})  # fmt: skip
     metric = load_metric(contract.metric)
-    reference = [run_proto(model.proto, samples.feeds(sample)) for sample in samples.validation]
+    reference = run_proto_on_each(model.proto, [samples.feeds(sample) for sample in samples.validation])
     fp32_error = mean_error(metric, samples, reference, reference)
     created, _ = create_libraries(["ort", "openvino"], None)
     allowed, left_out = modes(contract.lowered, created)
@@ -194,8 +194,7 @@ def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Select
     runner = evaluator.compile(plan, exclusive=True)
     candidate.engine = SegmentEngine([CompiledSegment(segment, runner, runner.prepare_seconds)], grouped.inputs,
                                      grouped.outputs)  # fmt: skip
-    candidate.agreement = compare_outputs(run_proto(selection.model.proto, grouped.feeds),
-                                          candidate.engine.run(grouped.feeds))  # fmt: skip
+    candidate.agreement = compare_outputs(selection.reference_outputs(), candidate.engine.run(grouped.feeds))
     candidate.accuracy = AccuracyRecord(
         precision=contract.precision, metric=contract.metric, tolerance=contract.tolerance, data=samples.source,
         calibration_samples=len(samples.calibration), validation_samples=len(samples.validation),
