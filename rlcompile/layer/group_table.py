@@ -191,19 +191,22 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
 
 def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int, path: Path,
                            progress: Listener = ignore, deadline: float | None = None,
-                           calibrate_by: float | None = None) -> tuple[LookupTable, bool]:  # fmt: skip
+                           calibrate_by: float | None = None,
+                           gauges: Mapping[str, Callable[[], object]] | None = None,
+                           ) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused).
 
     ``deadline`` (``time.monotonic()``): past it, the groups left are profiled on the default library only
     (the others are then no option for them); such a cut-short table is used but not saved as complete, so
     the next run resumes the profile from its checkpoint. ``calibrate_by``: when the calibration's contest ends.
+    ``gauges``: the native runs the calibration times beside the plans (see :func:`calibrate`).
     """
     if (stored := read_table(path, progress)) is not None:
         return stored, True
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     table = profile_groups(grouped, created, threads, progress, checkpoint=partial, deadline=deadline,
-                           calibrate_by=calibrate_by)  # fmt: skip
+                           calibrate_by=calibrate_by, gauges=gauges)  # fmt: skip
     if save_table(table, path):
         partial.unlink(missing_ok=True)
     return table, False
@@ -212,9 +215,10 @@ def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime]
 def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int,
                    progress: Listener = ignore, timing: MeasureConfig = LAYER_TIMING,
                    checkpoint: Path | None = None, deadline: float | None = None,
-                   calibrate_by: float | None = None) -> LookupTable:  # fmt: skip
+                   calibrate_by: float | None = None,
+                   gauges: Mapping[str, Callable[[], object]] | None = None) -> LookupTable:  # fmt: skip
     """Standalone group times, boundary costs, then the calibration on single-library plans (its contest
-    ending by ``calibrate_by``).
+    ending by ``calibrate_by``, the ``gauges`` timed beside them).
 
     With ``checkpoint``, every profiled group is saved there at once and reused by the next run, so an
     interrupted profile resumes at the group where it stopped.
@@ -236,7 +240,7 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
                         rejected, environment(threads), host="host", default=REFERENCE_RUNTIME)  # fmt: skip
     late = bool(cut or estimated)
     calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if late else PLAN_TIMING, late=late,
-              deadline=calibrate_by)  # fmt: skip
+              deadline=calibrate_by, gauges=gauges)  # fmt: skip
     if late:
         table.notes["cut_short"] = len(cut)
         table.notes["boundaries_estimated"] = estimated
@@ -486,8 +490,13 @@ def single_library_plan(table: LookupTable, library: str) -> list[str]:
 
 def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener,
               timing: MeasureConfig = PLAN_TIMING, late: bool = False, deadline: float | None = None,
-              ) -> None:  # fmt: skip
+              gauges: Mapping[str, Callable[[], object]] | None = None) -> None:  # fmt: skip
     """Scale each library's in-context estimates so the table predicts its measured single-library plan.
+
+    ``gauges``: the native runs (``"ort native"``, ``"openvino native"``) the final contest times too; timed in
+    this contest, their medians (``notes["native_ms"]``, by library) are each library's speed at calibration, so
+    the final contest can judge a single-library plan's prediction against a run other than the plan itself.
+    Without them, ORT native is compiled from ``grouped.original`` (when there is one).
 
     The single-library plans are timed in turns (five rounds), so a slow spell of a shared machine
     does not land on one library's factor; ``late`` (past the profile's deadline): two rounds. ``deadline``
@@ -501,7 +510,7 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     plans = {name: single_library_plan(table, name) for name in ordered}
     plans = {name: plan for name, plan in plans.items() if name == table.default or name in plan}
     progress(Phase("layer", f"calibrating: {', '.join(plans)} each wherever it can run, end to end, in turns with "
-                   "ORT native", "calibrate"))  # fmt: skip
+                   "the native runs", "calibrate"))  # fmt: skip
     feeds = grouped.feeds
     engines = {}
     for name, plan in plans.items():
@@ -513,9 +522,12 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     plans = {name: plans[name] for name in engines}
     contenders = [Contender(name, lambda engine=engine: engine.run(feeds), wind_down_s=engine.wind_down_s)
                   for name, engine in engines.items()]  # fmt: skip
-    if grouped.original is not None:
+    if gauges is None and grouped.original is not None:
         native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
-        contenders.append(Contender(NATIVE, native.timer(feeds), wind_down_s=wind_down_s(REFERENCE_RUNTIME, True)))
+        gauges = {NATIVE: native.timer(feeds)}
+    gauges = gauges or {}
+    contenders += [Contender(label, call, wind_down_s=wind_down_s(label.split()[0], True))
+                   for label, call in gauges.items()]  # fmt: skip
     rounds = MIN_ROUNDS if late else DECISION_ROUNDS
     settle = None
     if deadline is not None:  # unspread rounds take about rounds/2 of what fit_within counts for a contest
@@ -525,7 +537,8 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
     measured = {name: standings.median(name) for name in plans}
     table.notes = {"standalone_ms": raw, "in_context_estimate_ms": estimated, "context_factor": {},
                    "single_library_ms": measured,
-                   "ort_native_ms": standings.median(NATIVE) if grouped.original is not None else None}  # fmt: skip
+                   "ort_native_ms": standings.median(NATIVE) if NATIVE in gauges else None,
+                   "native_ms": {label.split()[0]: standings.median(label) for label in gauges}}  # fmt: skip
     fit_library_factors(table, plans, measured)
 
 

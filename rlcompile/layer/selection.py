@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -76,6 +76,9 @@ TIE_BAND = PLAN_RULE.tie_band
 NOISE_PROBE = "ort native (identical session)"
 OPENVINO_NOISE_PROBE = "openvino native (identical session)"
 PROBES = {NOISE_PROBE: "ort native", OPENVINO_NOISE_PROBE: "openvino native"}
+#: The native runs that gauge each library's speed: timed at the calibration, in every refining probe and in the
+#: final contest, so a plan is judged at its libraries' speed now by runs other than itself.
+GAUGES = ("ort native", "openvino native")
 #: How a single-runtime plan's label starts (``single:openvino``).
 SINGLE = "single:"
 #: The learned factor on the boundaries between two libraries stays within this range.
@@ -212,23 +215,28 @@ class Selection:
 
     @property
     def drifts(self) -> Drift:
-        """How much slower each library runs now than at the table's calibration: its single-library plan in the
-        final contest over the same plan then (:attr:`drift` for a library without both)."""
-        return measure_drift(self.table.notes.get("single_library_ms"), single_library_times(self.candidates),
-                             self.drift)  # fmt: skip
+        """How much slower each library runs now than at the table's calibration, gauged by every run of the final
+        contest (:meth:`gauged_drift`)."""
+        return self.gauged_drift()
+
+    def gauged_drift(self, judged: Candidate | None = None) -> Drift:
+        """Each library's drift, gauged by runs other than ``judged`` (:func:`gauge_drift`): a plan is never judged
+        against its own measurement."""
+        singles = single_library_times([c for c in self.candidates if c is not judged])
+        natives = {label.split()[0]: self.natives[label].median_ms for label in GAUGES if label in self.natives}
+        return gauge_drift(self.table.notes, singles, natives, self.drift)
 
     def expected_ms(self, candidate: Candidate) -> float:
-        """The candidate's table prediction at each library's current speed (the model run whole by a library that
-        cannot run every group alone has no prediction: NaN)."""
+        """The candidate's table prediction at each library's current speed, gauged by the other runs (the model run
+        whole by a library that cannot run every group alone has no prediction: NaN)."""
         if not math.isfinite(candidate.predicted_ms):
             return candidate.predicted_ms
-        return candidate.predicted_ms * plan_drift(self.drifts, self.problem, candidate)
+        return candidate.predicted_ms * plan_drift(self.gauged_drift(candidate), self.problem, candidate)
 
     def round_ratios(self, candidate: Candidate) -> list[float]:
         """The candidate's measurement over the table's prediction in each round of the final contest, the
-        prediction at each library's speed in that same round (its single-library plan's block then, over the
-        calibration's; ORT native's for a library without one). Only the rounds that timed every library the plan
-        uses count.
+        prediction at each library's speed in that same round, gauged by the other runs' blocks then
+        (:func:`gauge_drift`). Only the rounds that gauged every library the plan uses count.
 
         Why by round: the 2-core Zen 4 VM ran ONNX Runtime 2x slower (OpenVINO 1.45x) in spells of 10-70 s
         (``benchmarks/machine_state.py``), a contest's rounds fall on both sides of a spell's edge, and the medians
@@ -241,17 +249,24 @@ class Selection:
         """
         if not candidate.round_ms or not math.isfinite(candidate.predicted_ms):
             return []
-        then = self.table.notes.get("single_library_ms") or {}
-        then_ort = self.table.notes.get("ort_native_ms")
-        singles = {library: c.round_ms for c in self.candidates if c.round_ms for library in c.single}
-        ort = self.native_round_ms.get("ort native", {})
+        notes = self.table.notes
+        plans_then, natives_then = notes.get("single_library_ms") or {}, notes.get("native_ms") or {}
+        singles = {library: c.round_ms for c in self.candidates if c.round_ms and c is not candidate
+                   for library in c.single if library in plans_then}  # fmt: skip
+        natives = {label.split()[0]: self.native_round_ms[label] for label in GAUGES
+                   if self.native_round_ms.get(label) and label.split()[0] in natives_then}  # fmt: skip
+        gauged = set(singles) | set(natives)  # a library gauged in some round must be gauged in a round judged
+        then_ort = notes.get("ort_native_ms")
+        ort = self.native_round_ms.get(f"{REFERENCE_RUNTIME} native", {})
         ratios = []
         for number, ms in sorted(candidate.round_ms.items()):
-            now = {library: blocks[number] for library, blocks in singles.items() if number in blocks}
-            default = ort[number] / then_ort if then_ort and number in ort else None
-            if default is None or any(library in then and library not in now for library in set(candidate.assignment)):
+            plans_now = {library: blocks[number] for library, blocks in singles.items() if number in blocks}
+            natives_now = {library: blocks[number] for library, blocks in natives.items() if number in blocks}
+            if not then_ort or number not in ort:
                 continue
-            drift = measure_drift(then, now, default)
+            if any(name in gauged and name not in plans_now | natives_now for name in set(candidate.assignment)):
+                continue
+            drift = gauge_drift(notes, plans_now, natives_now, ort[number] / then_ort)
             ratios.append(ms / (candidate.predicted_ms * plan_drift(drift, self.problem, candidate)))
         return ratios
 
@@ -471,16 +486,18 @@ def select_segments(
     original = baseline or model
     started = time.monotonic()
     natives = native_timers(original, grouped.feeds, threads, created, progress)
+    gauges = {label: natives[label] for label in GAUGES if label in natives}
     compile_s = (time.monotonic() - started) / len(natives)  # a whole-model compile, until plans are timed
     profile_deadline, calibrate_by, call_s = None, None, 0.0
     if deadline is not None:  # the contests' least times and the compiles after the profile, then a share
         call_s = call_seconds(natives["ort native"])
         floor_s = contest.floor_seconds([call_s] * (len(natives) + len(created) + 2), ROUNDS)
-        calibration_s = contest.floor_seconds([call_s] * (len(created) + 1))  # each library's plan and ORT native
+        calibration_s = contest.floor_seconds([call_s] * (len(created) + len(gauges)))  # each library's plan, gauges
         reserved = floor_s + calibration_s + later_compiles(len(created)) * compile_s
         profile_deadline = deadline - reserved - FINAL_SHARE * max(0.0, deadline - reserved - time.monotonic())
-        calibrate_by = profile_deadline + calibration_s + (len(created) + 1) * compile_s
-    table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline, calibrate_by)
+        calibrate_by = profile_deadline + calibration_s + len(created) * compile_s
+    table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline, calibrate_by,
+                                           gauges)  # fmt: skip
     if reused:
         progress(Reuse("layer", f"reused the lookup table {path}", "table"))
     elif table.notes.get("cut_short") or table.notes.get("boundaries_estimated"):
@@ -572,20 +589,21 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     timed = probe_candidates(candidates)
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
     settle = None
+    gauges = {label: natives[label] for label in GAUGES if label in natives}
     if deadline is not None:
         runnable = sum(c.engine is not None and c.error is None for c in timed)
-        probe = contest.fit_within(probe, runnable + 1, deadline - time.monotonic())
+        probe = contest.fit_within(probe, runnable + len(gauges), deadline - time.monotonic())
         settle = Settle(max_batches=1, deadline=deadline)
-    stats = time_candidates_once(timed, {"ort native": natives["ort native"]}, probe, feeds, settle=settle,
-                                 clocked=True)  # fmt: skip
+    stats = time_candidates_once(timed, gauges, probe, feeds, settle=settle, clocked=True)
+    gauged = {label.split()[0]: stats[label].median_ms for label in gauges}
     # the first probe only: later ones would fit the library factors to prices the segments have corrected since
     recalibrated = round_index == 1 and late_calibration(problem.table) and recalibrate(
-        problem.table, timed, stats["ort native"].median_ms, progress)  # fmt: skip
+        problem.table, timed, gauged, progress)  # fmt: skip
     if recalibrated:
         problem = SelectionProblem(problem.table)
     then = problem.table.notes.get("ort_native_ms")
-    drift = measure_drift(problem.table.notes.get("single_library_ms"), single_library_times(timed),
-                          stats["ort native"].median_ms / then if then else 1.0)  # fmt: skip
+    drift = gauge_drift(problem.table.notes, single_library_times(timed), gauged,
+                        stats["ort native"].median_ms / then if then else 1.0)  # fmt: skip
     scales = fit_boundary_scales(problem, timed, drift)
     moved = {pair: scale for pair, scale in scales.items()
              if abs(scale / problem.table.boundary_scale(pair) - 1) > 0.05}  # fmt: skip
@@ -650,6 +668,16 @@ def price_in_context(problem: SelectionProblem, candidates: list[Candidate], dri
     return factors
 
 
+def gauge_drift(notes: Mapping, plans_now: Mapping[str, float], natives_now: Mapping[str, float],
+                default: float) -> Drift:  # fmt: skip
+    """Each library's drift from the table's ``notes`` (its calibration) to now: its single-library plan's time now
+    (``plans_now``) over then where both are known, else its native run's (``natives_now``, :data:`GAUGES`), else
+    ``default`` (ORT native's)."""
+    by_native = measure_drift(notes.get("native_ms"), natives_now, default)
+    by_plan = measure_drift(notes.get("single_library_ms"), plans_now, default)
+    return Drift({**by_native.by_library, **by_plan.by_library}, default)
+
+
 def single_library_times(candidates: list[Candidate]) -> dict[str, float]:
     """The measured milliseconds of each library's single-library plan, by library."""
     return {library: c.measured.median_ms for c in candidates if c.measured is not None for library in c.single}
@@ -660,10 +688,12 @@ def late_calibration(table: LookupTable) -> bool:
     return bool(table.notes.get("cut_short") or table.notes.get("boundaries_estimated"))
 
 
-def recalibrate(table: LookupTable, candidates: list[Candidate], ort_native_ms: float, progress: Listener) -> bool:
+def recalibrate(table: LookupTable, candidates: list[Candidate], native_ms: Mapping[str, float],
+                progress: Listener) -> bool:  # fmt: skip
     """Calibrate the library factors again on the refining probe's measurement of the single-library plans (the
     engines the late calibration timed in two short rounds; the probe times them in :data:`ROUNDS`), and take the
-    probe's ORT native as the table's speed. Returns whether any single-library plan was measured.
+    probe's native runs (``native_ms``, by library: :data:`GAUGES`) as the table's speed. Returns whether any
+    single-library plan was measured.
 
     Measured on 12 corpus models at ``select --budget 60s``, where every profile was cut short: the late
     calibration's ORT native was 0.58-1.43x what the final contest measured, and its factors carried that error.
@@ -674,7 +704,8 @@ def recalibrate(table: LookupTable, candidates: list[Candidate], ort_native_ms: 
         return False
     times = {name: measured[name].measured.median_ms for name in ordered}
     applied = fit_library_factors(table, {name: measured[name].assignment for name in ordered}, times)
-    table.notes["ort_native_ms"] = ort_native_ms
+    table.notes["ort_native_ms"] = native_ms.get(REFERENCE_RUNTIME)
+    table.notes["native_ms"] = dict(native_ms)
     table.notes["single_library_ms"] = times
     said = ", ".join(f"{name} x{factor:.2f}" for name, factor in applied.items())
     progress(Event("layer", f"the calibration ran late: its factors corrected by the probe's longer measurement "
@@ -778,10 +809,10 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
 
 
 def later_compiles(libraries: int) -> int:
-    """How many whole-model compiles follow the profile at most: the calibration's single-library plans and ORT
-    native, then the agent's plan, the exact optimum and the single-library plans, and OpenVINO native whole. Each
+    """How many whole-model compiles follow the profile at most: the calibration's single-library plans, then the
+    agent's plan, the exact optimum and the single-library plans, and OpenVINO native whole. Each
     is priced at what compiling a native session took (a 500 MB VGG: 5 s each)."""
-    return 2 * libraries + 3
+    return 2 * libraries + 2
 
 
 def call_seconds(native: Callable[[], object]) -> float:

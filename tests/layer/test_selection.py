@@ -351,13 +351,14 @@ def test_a_late_calibration_is_corrected_by_the_probes_measurement_of_the_single
     on_b = Candidate(["single:b"], ["b", "b"], 2.0, single=["b"], measured=summarize([4.0]))
     mixed = Candidate(["exact"], ["a", "b"], 2.0, measured=summarize([9.0]))  # teaches the boundaries, not factors
     events: list[Event] = []
-    assert recalibrate(table, [mixed, on_b, on_a], ort_native_ms=4.5, progress=events.append)
+    assert recalibrate(table, [mixed, on_b, on_a], {"ort": 4.5, "openvino": 3.0}, progress=events.append)
     problem = SelectionProblem(table)
     assert problem.total(problem.choices(on_a.assignment)) == pytest.approx(4.0)  # the probe's measurement, x2
     # b's factor would be x2 too, but its product with the calibration's stays within the range: x4/3
     assert table.notes["context_factor"] == {"a": pytest.approx(2.0), "b": pytest.approx(FACTOR_RANGE[1])}
     assert table.notes["ort_native_ms"] == 4.5 and len(events) == 1
-    assert not recalibrate(table, [mixed], 4.5, events.append)  # no single-library plan measured: nothing to fit
+    assert table.notes["native_ms"] == {"ort": 4.5, "openvino": 3.0}  # the gauges' speed, now the table's
+    assert not recalibrate(table, [mixed], {"ort": 4.5}, events.append)  # no single-library plan: nothing to fit
 
 
 def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):
@@ -422,5 +423,30 @@ def test_a_plan_is_judged_round_by_round_against_its_libraries_speed_in_that_rou
     assert selection.round_ratios(mixed) == pytest.approx([1.1, 3.3 / (2.0 * share_a)])
     pooled = selection.drifts.of_plan(problem, problem.choices(mixed.assignment))  # a: 2/2, b: 2/2
     assert selection.measured_over_expected(mixed) == pytest.approx(3.3 / (2.0 * pooled))
-    # a one-library plan needs only its own library's block: all three rounds, each 1 (it sets a's speed)
+    # a one-library plan is never its own gauge: "a" has none other, so ORT native's speed in each round judges it
     assert selection.round_ratios(on_a) == pytest.approx([1.0, 1.0, 1.0])
+    on_a.round_ms = {0: 2.0, 1: 2.0, 2: 2.0}  # not slowed in round 1 while ORT native was
+    assert selection.round_ratios(on_a) == pytest.approx([1.0, 0.5, 1.0])
+
+
+def test_a_single_library_plan_is_judged_by_its_librarys_native_run_never_by_itself():
+    """The single-library plans gauge each library's speed for the mixed plans; judging one, its own measurement is
+    left out: its library's native run (then at the calibration, now in the final contest) gauges it instead."""
+    from rlcompile.layer.selection import Selection
+    from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
+    notes = {"ort_native_ms": 2.0, "native_ms": {"ort": 2.0, "openvino": 1.0},
+             "single_library_ms": {"ort": 2.0, "openvino": 1.5}}  # fmt: skip
+    options = {"g1": {"ort": 1.0, "openvino": 0.75}, "g2": {"ort": 1.0, "openvino": 0.75}}
+    table = LookupTable("toy", ["g1", "g2"], options, {"ort": "ort", "openvino": "openvino"}, edges, {},
+                        host="host", default="ort", notes=notes)  # fmt: skip
+    on_ort = Candidate(["single:ort"], ["ort", "ort"], 2.0, single=["ort"], measured=summarize([4.0]))
+    on_openvino = Candidate(["single:openvino"], ["openvino", "openvino"], 1.5, single=["openvino"],
+                            measured=summarize([3.0]))  # fmt: skip
+    natives = {"ort native": summarize([4.0]), "openvino native": summarize([1.0])}  # ORT 2x slower, OpenVINO not
+    selection = Selection(None, None, "exact", 1, table, Path("toy"), False, None, [on_ort, on_openvino], on_ort,
+                          natives=natives)  # fmt: skip
+    assert selection.measured_over_expected(on_ort) == pytest.approx(1.0)  # 2 ms then, at ORT's x2 now
+    assert selection.measured_over_expected(on_openvino) == pytest.approx(2.0)  # its own x2 is not its gauge
+    assert selection.drifts.by_library == {"ort": pytest.approx(2.0), "openvino": pytest.approx(2.0)}
