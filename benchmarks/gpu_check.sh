@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The CUDA paths of the kernel level on a lent GPU: TVM's target, run/compare, tasks, a short tune (3 tasks,
+# chameleon, 48 trials), build, and the built .tar run against ONNX Runtime. JSON to $OUT (results/gpu-check by
+# default). TARGET=llvm runs the same steps on this CPU (about 6 minutes on the 2-core VM).
+#   bash benchmarks/gpu_check.sh            # on the GPU machine, from the repository root
+OUT=${OUT:-results/gpu-check}
+mkdir -p "$OUT"
+T=${TARGET:-cuda}
+PY=${PY:-python3}
+export PYTHONPATH=$PWD
+S=$(date +%s)
+lap() { echo "== $1 at $(( $(date +%s) - S )) s"; }
+$PY -c "import tvm; d=tvm.cuda(0); print('cuda exists', d.exist); print(tvm.target.Target.from_device(d) if d.exist else 'no gpu')"
+lap tvm
+$PY -m rlcompile run resnet18 --backend tvm --target $T --quick --json $OUT/run_tvm.json 2>&1 | tail -8
+lap run
+$PY -m rlcompile compare resnet18 --backends ort,tvm --target $T --quick --json $OUT/compare.json 2>&1 | tail -12
+lap compare
+$PY -m rlcompile tasks resnet18 --target $T 2>&1 | tail -5
+lap tasks
+timeout 200 $PY -m rlcompile tune resnet18 --target $T --strategy chameleon --trials 48 --batch-size 8 --tasks 0,1,2 --work-dir /tmp/tw 2>&1 | tail -15
+lap tune
+$PY -m rlcompile build resnet18 --target $T --work-dir /tmp/tw -o /tmp/r18.tar 2>&1 | tail -5
+lap build
+$PY -m rlcompile run /tmp/r18.tar --quick --json $OUT/run_tar.json 2>&1 | tail -8
+lap runtar
+cp /tmp/tw/tune_summary.json $OUT/ 2>/dev/null
