@@ -396,12 +396,17 @@ def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], 
     :data:`BOUNDARY_SCALE_RANGE`. Per pair, because a switch costs what the two libraries' thread pools and
     buffers make it cost: one factor for all pairs lets ORT/OpenVINO plans inflate every torch plan's switches,
     which the calibration had already priced (the single-torch plan is the calibration's own measurement).
+
+    A single-library plan is left out even where it crosses to the default library (the groups its library cannot
+    run): its library's factor was fitted to make the table predict it, so what it leaves unexplained is its
+    measurement's noise, and a few crossings' small share of its time turned that into factors at the range's end
+    (on ocr-det, x20 between OpenVINO and ORT from a 74-group OpenVINO plan that crosses once).
     """
     table = problem.table
     equations = []
     for candidate in candidates:
-        if candidate.measured is None:
-            continue
+        if candidate.measured is None or candidate.single:
+            continue  # a single-library plan fitted its library's factor: it is no equation for the switches
         choices = problem.choices(candidate.assignment)
         crossings = library_boundaries(problem, choices)
         if not any(crossings.values()):
@@ -642,9 +647,14 @@ def plan_drift(drift: Drift, problem: SelectionProblem, candidate: Candidate) ->
 
 def price_candidates(problem: SelectionProblem, candidates: list[Candidate]) -> None:
     """Set each candidate's prediction: a single-library plan (one library wherever it runs, the default library
-    for the rest) as the calibration measured it, a mixed plan at the prices its segments' clocks corrected."""
+    for the rest) as the calibration measured it (``notes["single_library_ms"]``: the boundary factors fitted since
+    do not move it), a mixed plan at the prices its segments' clocks corrected."""
     whole = SelectionProblem(whole_model_prices(problem.table))
+    calibrated = problem.table.notes.get("single_library_ms") or {}
     for candidate in candidates:
+        if candidate.single and candidate.single[0] in calibrated:
+            candidate.predicted_ms = calibrated[candidate.single[0]]
+            continue
         priced_by = whole if candidate.single or len(set(candidate.assignment)) == 1 else problem
         candidate.predicted_ms = priced_by.total(priced_by.choices(candidate.assignment))
 

@@ -73,6 +73,11 @@ def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mix
     assert single_b.predicted_ms == pytest.approx(calibrated.total(calibrated.choices(single_b.assignment)))
     assert mixed.predicted_ms == pytest.approx(corrected.total(corrected.choices(mixed.assignment)))
     assert mixed.predicted_ms > single_b.predicted_ms
+    # the calibration's own measurement, when the table keeps it, whatever was fitted since (boundary factors too)
+    corrected.table.notes["single_library_ms"] = {"b": 7.5}
+    corrected.table.boundary_scales = {"a|b": 20.0}
+    price_candidates(corrected, [single_b, mixed])
+    assert single_b.predicted_ms == 7.5 and mixed.predicted_ms != 7.5
     # "b" ran its plan 1.5x slower than at the calibration, "a" 3x: that plan drifts as "b", a mixed one by shares
     drift = Drift({"a": 3.0, "b": 1.5})
     assert plan_drift(drift, calibrated, single_b) == pytest.approx(1.5)

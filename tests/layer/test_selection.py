@@ -214,6 +214,9 @@ def test_measured_mixed_plans_teach_the_table_what_a_switch_costs_per_pair_of_li
     assert refined.names(exact(refined).plan) == {"g1": "a", "g2": "a", "g3": "c"}
     assert refined.total(refined.choices(ab.assignment)) == pytest.approx(4.1, rel=0.01)
     assert fit_boundary_scales(refined, [single], Drift()) == scales
+    # a single-library plan that falls back to the default library crosses too, but fitted its library's factor
+    fallback = Candidate(["single:b"], ["a", "b", "b"], 2.7, single=["b"], measured=summarize([9.0]))
+    assert fit_boundary_scales(refined, [fallback], Drift()) == scales
     cheap = Candidate(["ac"], ["a", "a", "c"], 2.6, measured=summarize([2.45]))  # cheaper than standalone: down
     assert fit_boundary_scales(SelectionProblem(table), [cheap], Drift())["a|c"] == pytest.approx(0.5, abs=0.01)
 
