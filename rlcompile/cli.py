@@ -382,7 +382,10 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
                      "predictions are compared at today's speed")  # fmt: skip
     if selection.noise is not None:
         noise = 100 * selection.noise
-        stdout.print(f"timing noise of this run: two identical sessions of one library differ by up to {noise:.1f}%")
+        line = f"timing noise of this run: two identical sessions of one library differ by up to {noise:.1f}%"
+        if selection.calibration_noise is not None:
+            line += f" ({100 * selection.calibration_noise:.1f}% when the table was calibrated)"
+        stdout.print(line)
     output = args.output or Path(f"{model.name}.plan")
     save_plan(selection, output, args.tuning_db)
     stdout.print(f"wrote {output}/ (run it with: rlcompile run {output})", highlight=False)

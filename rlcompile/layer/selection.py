@@ -293,6 +293,19 @@ class Selection:
         ratios = [abs(a.median_ms / b.median_ms - 1) for a, b in pairs]
         return max(ratios) if ratios else None
 
+    @property
+    def calibration_noise(self) -> float | None:
+        """The largest |ratio - 1| of two identical runs timed together when the table was calibrated (or
+        recalibrated by a probe): a library's single-library plan that runs the model natively, against that
+        library's native run (:data:`GAUGES`). A prediction carries this noise and :attr:`noise` both."""
+        notes = self.table.notes
+        plans_then, natives_then = notes.get("single_library_ms") or {}, notes.get("native_ms") or {}
+        ratios = [abs(plans_then[library] / natives_then[library] - 1)
+                  for c in self.candidates if c.engine is not None for library in c.single
+                  if library in plans_then and natives_then.get(library)
+                  and native_twin(c, self.model.proto, self.natives) == f"{library} native"]  # fmt: skip
+        return max(ratios) if ratios else None
+
     def single_library_ms(self, names: tuple[str, ...]) -> list[float]:
         """The measured latencies of the single-runtime plans of ``names`` (those that ran)."""
         return [c.measured.median_ms for c in self.candidates if c.measured and set(c.single) & set(names)]
@@ -314,6 +327,7 @@ class Selection:
             "chosen": self.chosen.to_dict(),
             "native_ms": {name: stats.median_ms for name, stats in self.natives.items()},
             "noise": self.noise,
+            "calibration_noise": self.calibration_noise,
             "rounds": self.rounds,
             "drift": self.drift,
             "drift_by_library": self.drifts.to_dict(),

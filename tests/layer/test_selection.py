@@ -40,6 +40,11 @@ def test_selection_measures_every_candidate_and_keeps_the_fastest(selection):
     assert not simpler_ties
     assert {"ort native", "openvino native"} <= set(selection.natives) and selection.noise is not None
     assert not selection.table_reused and set(selection.table.notes["context_factor"]) >= {"ort"}
+    # the native runs gauge each library's speed at the calibration; ORT's plan of one segment is their twin there
+    notes = selection.table.notes
+    assert set(notes["native_ms"]) == {"ort", "openvino"}
+    ort_twins = abs(notes["single_library_ms"]["ort"] / notes["native_ms"]["ort"] - 1)
+    assert selection.calibration_noise >= ort_twins and selection.to_dict()["calibration_noise"] is not None
 
 
 def test_the_table_is_reused_and_the_solvers_keep_their_interface(selection):
