@@ -413,8 +413,7 @@ def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], 
 
     A single-library plan is left out even where it crosses to the default library (the groups its library cannot
     run): its library's factor was fitted to make the table predict it, so what it leaves unexplained is its
-    measurement's noise, and a few crossings' small share of its time turned that into factors at the range's end
-    (on ocr-det, x20 between OpenVINO and ORT from a 74-group OpenVINO plan that crosses once).
+    measurement's noise, which its few crossings' small share of its time would magnify into the pair's factor.
     """
     table = problem.table
     equations = []
