@@ -504,7 +504,7 @@ def select_segments(
     original = baseline or model
     started = time.monotonic()
     natives = native_timers(original, grouped.feeds, threads, created, progress)
-    gauges = {label: natives[label] for label in GAUGES if label in natives}
+    gauges = gauge_calls(natives)
     compile_s = (time.monotonic() - started) / len(natives)  # a whole-model compile, until plans are timed
     profile_deadline, calibrate_by, call_s = None, None, 0.0
     if deadline is not None:  # the contests' least times and the compiles after the profile, then a share
@@ -607,7 +607,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     timed = probe_candidates(candidates)
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
     settle = None
-    gauges = {label: natives[label] for label in GAUGES if label in natives}
+    gauges = gauge_calls(natives)
     if deadline is not None:
         runnable = sum(c.engine is not None and c.error is None for c in timed)
         probe = contest.fit_within(probe, runnable + len(gauges), deadline - time.monotonic())
@@ -689,6 +689,11 @@ def price_in_context(problem: SelectionProblem, candidates: list[Candidate], dri
         progress(Event("layer", f"{len(values)} group price(s) corrected by the segments timed in {len(plans)} "
                                 f"plan(s): x{min(values):.2f}-x{max(values):.2f} the table's estimate"))  # fmt: skip
     return factors
+
+
+def gauge_calls(natives: Mapping[str, Callable[[], object]]) -> dict[str, Callable[[], object]]:
+    """The native runs among ``natives`` that gauge a library's speed (:data:`GAUGES`), by label."""
+    return {label: natives[label] for label in GAUGES if label in natives}
 
 
 def gauge_drift(notes: Mapping, plans_now: Mapping[str, float], natives_now: Mapping[str, float],
