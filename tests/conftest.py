@@ -131,3 +131,15 @@ def unreplayable_task_model(tmp_path: Path) -> Path:
          numpy_helper.from_array(rng.standard_normal((length, 32)).astype(np.float32), "w")],
     )  # fmt: skip
     return save(graph, tmp_path / "masked_scores.onnx")
+
+
+@pytest.fixture(scope="session")
+def measurer():
+    """One kernel measurer (build and run worker processes) for every test that tunes on this CPU with the default
+    settings: starting one costs about 14 s on a slow 2-core VM, mostly its workers importing TVM, and what a test
+    checks of a tuning run does not depend on whose workers measured it."""
+    from rlcompile.kernel.measurer import Measurer
+    from rlcompile.tvm_bridge import resolve_target
+
+    with Measurer(resolve_target("llvm")) as shared:
+        yield shared

@@ -116,6 +116,8 @@ def tune(request: TuneRequest, callbacks: Sequence[Callback] = (),
     schedulers.create(request.scheduler)
     target = resolve_target(request.target)
     rpc = RpcSpec.parse(request.rpc_tracker, request.rpc_key) if request.rpc_tracker else None
+    if model is None and request.model not in SEED_LAYERS:  # a bad model is refused before anything starts
+        model = load_model(request.model, request.input_shapes)
     pretrained = resolve_cost_model(request.cost_model, remote=rpc is not None, isa=target_isa(target))
     with exclusive(request.work_dir, "tuning work directory"):
         return tune_locked(request, target, rpc, callbacks, on_start, model, deadline, settings or MeasureSettings(),
@@ -138,8 +140,7 @@ def tune_locked(request: TuneRequest, target, rpc: RpcSpec | None, callbacks: Se
             if model is not None:
                 tasks = tasks_of(model, target, work_dir.tasks_path, work_dir.layout)
             else:
-                tasks = load_tasks(request.model, target, request.input_shapes, work_dir.tasks_path,
-                                   work_dir.layout)[1]  # fmt: skip
+                tasks = [seed_layer(request.model, target)]
             tasks = select_tasks(tasks, request.tasks)
             warm = WarmStart.load([Path(d) for d in request.warm_start], target, request.target) \
                 if request.warm_start else None  # fmt: skip

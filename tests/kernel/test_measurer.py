@@ -30,18 +30,18 @@ def candidates(target):
     return [candidate(SMALL_CONV, 0), candidate(SMALL_CONV, 1), candidate(other, 0)]
 
 
-def test_valid_candidates_are_timed(target, candidates) -> None:
-    results = Measurer(target).measure(candidates[:2])
+def test_valid_candidates_are_timed(measurer, candidates) -> None:
+    results = measurer.measure(candidates[:2])
     assert [r.status for r in results] == ["ok", "ok"]
     assert all(0 < r.seconds < 0.1 for r in results)
 
 
-def test_failures_are_classified_per_candidate(target, candidates) -> None:
+def test_failures_are_classified_per_candidate(measurer, candidates) -> None:
     from tvm.s_tir import meta_schedule as ms
 
     good, _, other = candidates
     mismatched = ms.MeasureCandidate(good.sch, other.args_info)  # arguments of another shape
-    results = Measurer(target).measure([good, mismatched])
+    results = measurer.measure([good, mismatched])
     assert results[0].ok
     assert results[1].status == "run_error" and results[1].error and "\n" not in results[1].error
 
@@ -53,10 +53,9 @@ def test_timeouts_are_reported(target, candidates, stage, settings) -> None:
     assert result.status == "timeout" and not result.ok
 
 
-def test_past_the_deadline_candidates_are_not_run_and_not_blamed(target, candidates) -> None:
+def test_past_the_deadline_candidates_are_not_run_and_not_blamed(measurer, candidates) -> None:
     from rlcompile.kernel.measurer import NOT_RUN, RUN_TIMEOUT_S
 
-    measurer = Measurer(target)
     late = measurer.measure(candidates[:2], deadline=time.monotonic())
     assert [r.status for r in late] == [NOT_RUN, NOT_RUN] and not any(r.ok for r in late)
     in_time = measurer.measure(candidates[:2], deadline=time.monotonic() + 60)

@@ -13,7 +13,6 @@ from rlcompile.cli import main
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel import strategies
 from rlcompile.kernel.cost_model import KnobXGB
-from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.pretrained import FEATURE_NAMES, Dataset, PortableFeatures, PretrainedModel, packaged_path, train
 from rlcompile.kernel.pretrained import resolve as resolve_cost_model
 from rlcompile.kernel.pretrained.features import column
@@ -27,11 +26,11 @@ from tests.kernel.conftest import DEPTHWISE_CONV, SMALL_CONV, copy_work_dir, mak
 
 
 @pytest.fixture(scope="module")
-def source_dir(tmp_path_factory, target):
+def source_dir(tmp_path_factory, target, measurer):
     """A work directory with 24 measurements of SMALL_CONV."""
     path = tmp_path_factory.mktemp("pretrain-source")
     Tuner([make_task(SMALL_CONV, target)], lambda: strategies.create("random", seed=3), WorkDir(path, "llvm"),
-          Measurer(target), trials=24, batch_size=8).run()  # fmt: skip
+          measurer, trials=24, batch_size=8).run()  # fmt: skip
     return path
 
 
@@ -136,12 +135,12 @@ def test_pretrained_prior_ranks_before_the_first_measurement_and_is_fine_tuned(s
 
 
 @pytest.mark.parametrize("strategy", ["sa", "evolutionary"])
-def test_every_strategy_tunes_from_the_pretrained_prior_and_reports_it(small_model, strategy, target,
+def test_every_strategy_tunes_from_the_pretrained_prior_and_reports_it(small_model, strategy, target, measurer,
                                                                       tmp_path) -> None:  # fmt: skip
     task = make_task(DEPTHWISE_CONV, target, "dw")
     make = (lambda: strategies.create("evolutionary", seed=0, population=64, genetic_iterations=1)) \
         if strategy == "evolutionary" else (lambda: strategies.create("sa", seed=0))  # fmt: skip
-    state = Tuner([task], make, WorkDir(tmp_path, "llvm"), Measurer(target), trials=8, batch_size=8,
+    state = Tuner([task], make, WorkDir(tmp_path, "llvm"), measurer, trials=8, batch_size=8,
                   pretrained=small_model).run()[0]  # fmt: skip
     assert state.trials == 8 and state.valid
     assert state.summary()["cost_model"] == small_model.name
@@ -170,21 +169,22 @@ def reshape_task(target) -> Task:
 
 
 @pytest.mark.parametrize("strategy", ["sa", "chameleon"])
-def test_a_task_without_knobs_is_tuned_with_a_prior_too(small_model, strategy, target, tmp_path) -> None:
+def test_a_task_without_knobs_is_tuned_with_a_prior_too(small_model, strategy, target, tmp_path,
+                                                        measurer) -> None:  # fmt: skip
     task = reshape_task(target)
     assert not KnobSpace.for_task(tune_context(task)).knobs
-    state = Tuner([task], lambda: strategies.create(strategy, seed=0), WorkDir(tmp_path, "llvm"), Measurer(target),
+    state = Tuner([task], lambda: strategies.create(strategy, seed=0), WorkDir(tmp_path, "llvm"), measurer,
                   trials=4, batch_size=4, pretrained=small_model).run()[0]  # fmt: skip
     assert state.valid and state.skipped is None
 
 
-def test_a_task_the_features_cannot_describe_is_tuned_cold_not_skipped(small_model, target, tmp_path,
+def test_a_task_the_features_cannot_describe_is_tuned_cold_not_skipped(small_model, target, tmp_path, measurer,
                                                                        monkeypatch) -> None:  # fmt: skip
     def unfit(space, flops):  # a design space of a shape no feature knows (none exists today: a fault injected)
         raise ValueError("tile knob of an unknown form")
 
     monkeypatch.setattr(small_model, "bind", unfit)
     state = Tuner([make_task(SMALL_CONV, target)], lambda: strategies.create("sa", seed=0), WorkDir(tmp_path, "llvm"),
-                  Measurer(target), trials=4, batch_size=4, pretrained=small_model).run()[0]  # fmt: skip
+                  measurer, trials=4, batch_size=4, pretrained=small_model).run()[0]  # fmt: skip
     assert state.valid and state.skipped is None
     assert state.cost_model.startswith("cold (the pretrained features do not fit")

@@ -8,7 +8,6 @@ import pytest
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel import strategies
 from rlcompile.kernel.cost_model import KnobXGB
-from rlcompile.kernel.measurer import Measurer
 from rlcompile.kernel.space import KnobSpace
 from rlcompile.kernel.tasks import ConvShape
 from rlcompile.kernel.transfer import WarmStart, decision_features, space_signature
@@ -20,11 +19,11 @@ OTHER_CONV = ConvShape(1, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1, 1, 1))
 
 
 @pytest.fixture(scope="module")
-def source_dir(tmp_path_factory, target):
+def source_dir(tmp_path_factory, target, measurer):
     """A work directory with 16 measurements of SMALL_CONV."""
     path = tmp_path_factory.mktemp("source")
     task = make_task(SMALL_CONV, target)
-    Tuner([task], lambda: strategies.create("random", seed=1), WorkDir(path, "llvm"), Measurer(target),
+    Tuner([task], lambda: strategies.create("random", seed=1), WorkDir(path, "llvm"), measurer,
           trials=16, batch_size=8).run()  # fmt: skip
     return path
 
@@ -54,10 +53,10 @@ def test_warm_started_model_ranks_an_unseen_shape_before_its_first_measurement(s
     assert not cold.trained
 
 
-def test_tuner_uses_the_warm_start_and_reports_it(source_dir, target, tmp_path) -> None:
+def test_tuner_uses_the_warm_start_and_reports_it(source_dir, target, tmp_path, measurer) -> None:
     task = make_task(OTHER_CONV, target, "other")
     warm = WarmStart.load([source_dir], target, "llvm")
-    state = Tuner([task], lambda: strategies.create("sa", seed=0), WorkDir(tmp_path, "llvm"), Measurer(target),
+    state = Tuner([task], lambda: strategies.create("sa", seed=0), WorkDir(tmp_path, "llvm"), measurer,
                   trials=8, batch_size=8, warm_start=warm).run()[0]  # fmt: skip
     assert state.trials == 8 and state.summary()["warm_start_samples"] == 16
 
@@ -75,25 +74,25 @@ def small_rl():
     return strategies.create("rl", seed=0, episodes=8, max_steps=20)
 
 
-def test_rl_agent_is_kept_per_task_and_starts_a_task_of_the_same_structure(target, tmp_path) -> None:
+def test_rl_agent_is_kept_per_task_and_starts_a_task_of_the_same_structure(target, tmp_path, measurer) -> None:
     import torch
 
     source = make_task(SMALL_CONV, target)
-    Tuner([source], small_rl, WorkDir(tmp_path / "source", "llvm"), Measurer(target), trials=16,
+    Tuner([source], small_rl, WorkDir(tmp_path / "source", "llvm"), measurer, trials=16,
           batch_size=8).run()  # fmt: skip
     saved = torch.load(tmp_path / "source" / "agents" / f"{source.workload_key}.pt", weights_only=True)
     assert saved["strategy"] == "rl" and saved["trials"] == 16
 
     warm = WarmStart.load([tmp_path / "source"], target, "llvm")
     tuner = Tuner([make_task(OTHER_CONV, target, "other")], small_rl, WorkDir(tmp_path / "target", "llvm"),
-                  Measurer(target), trials=8, batch_size=8, warm_start=warm)  # fmt: skip
+                  measurer, trials=8, batch_size=8, warm_start=warm)  # fmt: skip
     state = tuner.states[0]
     tuner.prepare(state)
     started = state.strategy.network.state_dict()
     assert all(torch.equal(started[name], value) for name, value in saved["state"]["network"].items())
 
     cold = Tuner([make_task(OTHER_CONV, target, "other")], small_rl, WorkDir(tmp_path / "cold", "llvm"),
-                 Measurer(target), trials=8, batch_size=8)  # fmt: skip
+                 measurer, trials=8, batch_size=8)  # fmt: skip
     cold.prepare(cold.states[0])
     fresh = cold.states[0].strategy.network.state_dict()
     assert not all(torch.equal(fresh[name], value) for name, value in saved["state"]["network"].items())

@@ -74,9 +74,8 @@ def test_library_names_are_checked_and_ort_always_comes_first():
         runtimes.create("cudnn")
 
 
-def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path):
+def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path, measurer):
     from rlcompile.kernel.artifact import TuningRecords
-    from rlcompile.kernel.measurer import Measurer, MeasureSettings
     from rlcompile.kernel.strategies import create
     from rlcompile.kernel.tasks import extract_tasks
     from rlcompile.kernel.tuner import Tuner
@@ -93,7 +92,7 @@ def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path):
         library.compile(proto, RuntimeOptions(1))
     target = resolve_target("llvm")
     tasks = extract_tasks(LoadedModel("block", proto, graph_inputs(proto), "test"), target)
-    Tuner(tasks, lambda: create("random", seed=0), work_dir, Measurer(target, MeasureSettings()),
+    Tuner(tasks, lambda: create("random", seed=0), work_dir, measurer,
           trials=2 * len(tasks), batch_size=2).run()  # fmt: skip
     runner = library.compile(proto, RuntimeOptions(1))
     assert compare_outputs(run_proto(proto, {"x": x}), runner([x])).within()
