@@ -8,8 +8,11 @@ TVM's thread count to the host's cores before TVM's thread pool starts.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import inspect
 import os
+import platform
 import sys
 import warnings
 
@@ -106,11 +109,42 @@ def fast_tvmscript_parsing():
         inspect.stack = original
 
 
-def load_tensor_intrinsics() -> None:
-    """Register TVM's tensor intrinsics (MetaSchedule's design spaces need them) in ~1 s instead of ~30 s."""
-    if "tvm.s_tir.tensor_intrin" not in sys.modules:
-        with fast_tvmscript_parsing():
-            import tvm.s_tir.tensor_intrin  # noqa: F401
+#: TVM's tensor intrinsic modules, what ``tvm.s_tir.tensor_intrin`` imports (metal's only where dlight asks).
+INTRINSIC_PACKAGE = "tvm.s_tir.tensor_intrin"
+ALL_INTRINSICS = ("cuda", "arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")
+#: The intrinsics a target's MetaSchedule rules can name: by target kind, and for ``llvm`` by CPU family.
+INTRINSICS_BY_KIND = {"cuda": ("cuda",), "rocm": ("rocm",), "hexagon": ("hexagon",)}
+INTRINSICS_BY_CPU = {"x86": ("x86",), "aarch64": ("arm_cpu",), "arm": ("arm_cpu",), "riscv": ("riscv_cpu",)}
+
+
+def intrinsics_for(target: tvm.target.Target | None) -> tuple[str, ...]:
+    """The intrinsic modules ``target``'s design spaces need; all of them for a target not recognised."""
+    if target is None:
+        return ALL_INTRINSICS
+    kind = target.kind.name
+    if kind != "llvm":
+        return INTRINSICS_BY_KIND.get(kind, ALL_INTRINSICS)
+    triple = str(target.attrs.get("mtriple", "") or "") or platform.machine()
+    family = "x86" if triple.startswith(("x86", "i686", "amd64", "AMD64")) else triple.split("-")[0]
+    return next((modules for prefix, modules in INTRINSICS_BY_CPU.items() if family.startswith(prefix)), ALL_INTRINSICS)
+
+
+def load_tensor_intrinsics(target: tvm.target.Target | None = None) -> None:
+    """Register the tensor intrinsics ``target``'s MetaSchedule design spaces can name, parsed fast
+    (:func:`fast_tvmscript_parsing`).
+
+    TVM's package imports every family's (CUDA's alone took 12 of 16 s on a slow 2-core VM; x86's 0.3 s), so the
+    package is entered without running its ``__init__`` and only the target's modules are imported; the import
+    MetaSchedule's ``TuneContext`` makes then finds the package and adds nothing. Another target later imports its
+    own modules the same way.
+    """
+    if INTRINSIC_PACKAGE not in sys.modules:
+        spec = importlib.util.find_spec(INTRINSIC_PACKAGE)
+        package = importlib.util.module_from_spec(spec)  # its __init__ is not run
+        sys.modules[INTRINSIC_PACKAGE] = package
+    with fast_tvmscript_parsing():
+        for name in intrinsics_for(target):
+            importlib.import_module(f"{INTRINSIC_PACKAGE}.{name}")
 
 
 def module_key(mod: tvm.IRModule) -> str:

@@ -47,7 +47,7 @@ def build_executable(model: LoadedModel, work_dir: WorkDir, target: tvm.target.T
     """Compile the whole model in the work directory's layout, applying the best record of every tuned task."""
     from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
-    load_tensor_intrinsics()
+    load_tensor_intrinsics(target)
     try:
         return compile_relax(work_dir.database, prepare_relax(model, work_dir.layout, target), target, params=None)
     except Exception as error:

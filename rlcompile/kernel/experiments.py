@@ -28,18 +28,12 @@ def setup(out: Path, specs: str, seeds: str, target: str = "llvm") -> tuple[list
     """What every kernel benchmark starts with: the output folder, the strategy specs and seeds from their
     comma-separated flags, one measurer for the local CPU (kernels for ``target``, this CPU by default), and
     TVM's one-off costs already paid."""
-    from rlcompile.tvm_bridge import resolve_target
+    from rlcompile.tvm_bridge import load_tensor_intrinsics, resolve_target
 
     out.mkdir(parents=True, exist_ok=True)
     measurer = Measurer(resolve_target(target))
-    warm_up()
+    load_tensor_intrinsics(measurer.target)  # paid before anything is timed, not by whichever strategy runs first
     return [s for s in specs.split(",") if s], [int(s) for s in seeds.split(",") if s], measurer
-
-
-def warm_up() -> None:
-    """Pay TVM's one-off costs (MetaSchedule imports its tensor intrinsics, ~30 s) before anything is timed,
-    so they are not charged to whichever strategy runs first."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401
 
 
 def run_strategy(tasks: Sequence[Task], spec: str, seed: int, trials: int, batch_size: int, work_dir: Path,

@@ -309,7 +309,7 @@ def extract_tasks(model: LoadedModel, target: tvm.target.Target, layout: str = "
     """The model's tunable tasks in ``layout``, heaviest first by total FLOPs (weight x FLOPs per call)."""
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract_tasks
 
-    load_tensor_intrinsics()
+    load_tensor_intrinsics(target)
     extracted = ms_extract_tasks(relax_for_tuning(prepare_relax(model, layout, target), target), target)
     tasks = [
         Task(

@@ -172,7 +172,7 @@ def measured_tasks(directory: Path, database, target) -> Iterator[MeasuredTask]:
     for entry in read_journal(directory / "measurements.jsonl"):
         if entry.get("config") is not None and entry["task"] in workloads:
             entries[entry["task"]].append(entry)
-    load_tensor_intrinsics()
+    load_tensor_intrinsics(target)
     for key, measured in entries.items():
         space = KnobSpace.for_workload(workloads[key], target, key)
         usable = [e for e in measured if space.contains(tuple(e["config"]))]

@@ -190,7 +190,7 @@ class Tuner:
         from tvm.s_tir import meta_schedule as ms
 
         if state.context is None:
-            load_tensor_intrinsics()
+            load_tensor_intrinsics(state.task.target)
             task = state.task
             tune_context = ms.TuneContext(
                 mod=task.mod,

@@ -40,6 +40,9 @@ def small_conv_task(target) -> Task:
 def tune_context(task: Task):
     from tvm.s_tir import meta_schedule as ms
 
+    from rlcompile.tvm_bridge import load_tensor_intrinsics
+
+    load_tensor_intrinsics(task.target)
     return ms.TuneContext(mod=task.mod, target=task.target, space_generator="post-order-apply",
                           task_name=task.name, num_threads=1, rand_state=0)  # fmt: skip
 
