@@ -9,7 +9,7 @@ from rlcompile import runtimes
 from rlcompile.layer.group_table import group_model
 from rlcompile.layer.groups import FusionGroup
 from rlcompile.layer.segments import cut_segments
-from rlcompile.measure import Contender, MeasureConfig, run_contest
+from rlcompile.measure import SETTLE, Contender, MeasureConfig, run_contest
 from rlcompile.models import load_model
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.runtimes.ort import run_proto
@@ -55,8 +55,11 @@ def test_the_all_ort_plan_is_one_segment_as_fast_as_ort_native(squeezenet):
                     for _ in range(2))  # fmt: skip
     timing = MeasureConfig(warmup=5, min_repeats=30, min_time_s=0.5, max_time_s=5.0)
     standings = run_contest([Contender("plan", lambda: engine.run(feeds)), Contender("native", native),
-                             Contender("twin", twin, twin_of="native")], timing, rounds=3)  # fmt: skip
+                             Contender("twin", twin, twin_of="native")], timing, rounds=5,
+                            settle=SETTLE)  # fmt: skip
     # one ORT session over the (BatchNorm-folded) model: the same work. 15% for a busy CI machine, plus
-    # however far two identical native sessions were apart in the same rounds (up to 20% seen on 2 cores)
+    # however far two identical native sessions were apart in the same rounds (up to 20% seen on 2 cores); the
+    # contest takes a decision's 5 rounds and settles (more while the twins disagree): 3 rounds failed once on the VM
+    # at 2.4-3.3x slow (plan 1.18x with twins 2.8% apart; alone four times 0.90-1.03x)
     assert standings.median("plan") / standings.median("native") < 1.15 + standings.noise
     assert np.allclose(engine.run(feeds)[0], run_proto(model.proto, feeds)[0], rtol=1e-4, atol=1e-5)
