@@ -114,7 +114,8 @@ INTRINSIC_PACKAGE = "tvm.s_tir.tensor_intrin"
 ALL_INTRINSICS = ("cuda", "arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")
 #: The intrinsics a target's MetaSchedule rules can name: by target kind, and for ``llvm`` by CPU family.
 INTRINSICS_BY_KIND = {"cuda": ("cuda",), "rocm": ("rocm",), "hexagon": ("hexagon",)}
-INTRINSICS_BY_CPU = {"x86": ("x86",), "aarch64": ("arm_cpu",), "arm": ("arm_cpu",), "riscv": ("riscv_cpu",)}
+INTRINSICS_BY_CPU = {"x86": ("x86",), "i686": ("x86",), "amd64": ("x86",), "AMD64": ("x86",),
+                     "aarch64": ("arm_cpu",), "arm": ("arm_cpu",), "riscv": ("riscv_cpu",)}  # fmt: skip
 
 
 def intrinsics_for(target: tvm.target.Target | None) -> tuple[str, ...]:
@@ -125,8 +126,7 @@ def intrinsics_for(target: tvm.target.Target | None) -> tuple[str, ...]:
     if kind != "llvm":
         return INTRINSICS_BY_KIND.get(kind, ALL_INTRINSICS)
     triple = str(target.attrs.get("mtriple", "") or "") or platform.machine()
-    family = "x86" if triple.startswith(("x86", "i686", "amd64", "AMD64")) else triple.split("-")[0]
-    return next((modules for prefix, modules in INTRINSICS_BY_CPU.items() if family.startswith(prefix)), ALL_INTRINSICS)
+    return next((modules for prefix, modules in INTRINSICS_BY_CPU.items() if triple.startswith(prefix)), ALL_INTRINSICS)
 
 
 def load_tensor_intrinsics(target: tvm.target.Target | None = None) -> None:

@@ -134,12 +134,19 @@ def unreplayable_task_model(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def measurer():
+def target():
+    """This CPU as a TVM target."""
+    from rlcompile.tvm_bridge import resolve_target
+
+    return resolve_target("llvm")
+
+
+@pytest.fixture(scope="session")
+def measurer(target):
     """One kernel measurer (build and run worker processes) for every test that tunes on this CPU with the default
     settings: starting one costs about 14 s on a slow 2-core VM, mostly its workers importing TVM, and what a test
     checks of a tuning run does not depend on whose workers measured it."""
     from rlcompile.kernel.measurer import Measurer
-    from rlcompile.tvm_bridge import resolve_target
 
-    with Measurer(resolve_target("llvm")) as shared:
+    with Measurer(target) as shared:
         yield shared

@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rlcompile.kernel.tasks import ConvShape, Task
-from rlcompile.tvm_bridge import resolve_target
 
 SMALL_CONV = ConvShape(1, 16, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1))
 DEPTHWISE_CONV = ConvShape(1, 32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), groups=32)
-
-
-@pytest.fixture(scope="session")
-def target():
-    return resolve_target("llvm")
 
 
 def make_task(shape: ConvShape, target, name: str = "small_conv") -> Task:

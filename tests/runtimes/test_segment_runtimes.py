@@ -74,7 +74,7 @@ def test_library_names_are_checked_and_ort_always_comes_first():
         runtimes.create("cudnn")
 
 
-def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path, measurer):
+def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path, target, measurer):
     from rlcompile.kernel.artifact import TuningRecords
     from rlcompile.kernel.strategies import create
     from rlcompile.kernel.tasks import extract_tasks
@@ -82,7 +82,6 @@ def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path, 
     from rlcompile.kernel.workdir import WorkDir
     from rlcompile.models.onnx_model import LoadedModel, graph_inputs
     from rlcompile.runtimes.tvm import UntunedError
-    from rlcompile.tvm_bridge import resolve_target
 
     work_dir = WorkDir(tmp_path / "work", "llvm")
     proto = cnn_block()
@@ -90,7 +89,6 @@ def test_tvm_compiles_a_segment_only_when_every_kernel_is_tuned(tmp_path: Path, 
     library = runtimes.create("tvm", tuning=TuningRecords(tmp_path / "work"))
     with pytest.raises(UntunedError, match="have no tuning record"):  # nothing untuned reaches a plan
         library.compile(proto, RuntimeOptions(1))
-    target = resolve_target("llvm")
     tasks = extract_tasks(LoadedModel("block", proto, graph_inputs(proto), "test"), target)
     Tuner(tasks, lambda: create("random", seed=0), work_dir, measurer,
           trials=2 * len(tasks), batch_size=2).run()  # fmt: skip
