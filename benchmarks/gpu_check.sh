@@ -7,11 +7,18 @@ OUT=${OUT:-results/gpu-check}
 mkdir -p "$OUT"
 T=${TARGET:-cuda}
 PY=${PY:-python3}
-export PYTHONPATH=$PWD
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 S=$(date +%s)
 lap() { echo "== $1 at $(( $(date +%s) - S )) s"; }
 $PY -c "import tvm; d=tvm.cuda(0); print('cuda exists', d.exist); print(tvm.target.Target.from_device(d) if d.exist else 'no gpu')"
 lap tvm
+# Only the target's tensor intrinsics are registered (tvm_bridge.load_tensor_intrinsics): CUDA's tensor-core ones
+$PY -c "
+import time; from rlcompile.tvm_bridge import load_tensor_intrinsics, tvm; from tvm.s_tir import TensorIntrin
+t = time.perf_counter(); load_tensor_intrinsics(tvm.target.Target('cuda'))
+names = ['mma_ldmatrix_f16_a', 'mma_f16f16f32', 'wmma_sync_16x16x16_f16f16f32']
+print('cuda intrinsics', {n: TensorIntrin.get(n, allow_missing=True) is not None for n in names}, f'{time.perf_counter() - t:.1f} s')"
+lap intrinsics
 $PY -m rlcompile run resnet18 --backend tvm --target $T --quick --json $OUT/run_tvm.json 2>&1 | tail -8
 lap run
 $PY -m rlcompile compare resnet18 --backends ort,tvm --target $T --quick --json $OUT/compare.json 2>&1 | tail -12
