@@ -8,7 +8,8 @@ the library's call overhead and the layout changes at the group's edges.
 Inside a segment a library pays neither between groups, so standalone times overestimate. Each
 library's *single-library plan* (that library wherever it can, ONNX Runtime elsewhere) is therefore
 run end to end, and the library's in-context estimates are scaled by one factor so that the table
-predicts that measurement (``notes["context_factor"]``; near 1 when the boundary model is right).
+predicts that measurement (``notes["context_factor"]``; near 1 when the boundary model is right), fitted together
+with the crossings that plan makes where it falls back to the default library (:mod:`rlcompile.layer.fit`).
 
 A *boundary* (a value crossing from library A to library B) costs half of what splitting an A segment
 at a tensor of that shape costs, half of B's, and the hand-off penalty of B running right after A (see
@@ -35,6 +36,7 @@ from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError, first_line
 from rlcompile.events import Event, Listener, Phase, Reuse, Step, ignore
 from rlcompile.graph.cleanup import clean_model
+from rlcompile.layer.fit import apply_fit, fit_plans
 from rlcompile.layer.groups import FusionGroup, fusion_groups, name_nodes
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.segments import (
@@ -84,14 +86,6 @@ CUT_PLAN_TIMING = MeasureConfig(warmup=1, min_repeats=1, min_time_s=0.1, max_tim
 BOUNDARY_REPEATS = 25
 #: Past the profile's deadline, at least this many boundary shapes are still measured: a line needs two.
 MIN_PRICED = 2
-#: Calibration factors are clipped to this range, which only absurd values leave. Measured on the 49 corpus models
-#: (``benchmarks/real_world.py``): a library's groups run 1.0-2.5x slower inside its whole-model plan than their
-#: standalone times say (cache-hot when timed alone; OpenVINO on bart-encoder about 2.1x, ORT on lenet5 2.5x); the
-#: range it replaced, 0.5-1.5, clipped 31 of the 110 factors in the saved tables, and those single-library plans were
-#: then mispredicted by as much. The in-context estimates can be far below the standalone times (half a split taken
-#: off per boundary tensor): on hf:albert ORT's groups, 20.5 ms standalone, came to ~3.7 ms in context for a 20 ms
-#: whole-model run, a factor of ~5.5 that the range before this one (0.25-4) clipped, mispredicting that plan 1.58x.
-FACTOR_RANGE = (0.1, 10.0)
 #: Widest last axis a boundary probe multiplies by a square matrix.
 PROBE_MAX_WIDTH = 4096
 #: Timing of the probes that measure what splitting a segment costs.
@@ -491,7 +485,8 @@ def single_library_plan(table: LookupTable, library: str) -> list[str]:
 def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener,
               timing: MeasureConfig = PLAN_TIMING, late: bool = False, deadline: float | None = None,
               gauges: Mapping[str, Callable[[], object]] | None = None) -> None:  # fmt: skip
-    """Scale each library's in-context estimates so the table predicts its measured single-library plan.
+    """Scale each library's in-context estimates, and the crossings between libraries its plan makes where it falls
+    back to the default library, so the table predicts its measured single-library plan (:func:`fit_plans`).
 
     ``gauges``: the native runs (``"ort native"``, ``"openvino native"``) the final contest times too; timed in
     this contest, their medians (``notes["native_ms"]``, by library) are each library's speed at calibration, so
@@ -539,34 +534,5 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
                    "single_library_ms": measured,
                    "ort_native_ms": standings.median(NATIVE) if NATIVE in gauges else None,
                    "native_ms": {label.split()[0]: standings.median(label) for label in gauges}}  # fmt: skip
-    fit_library_factors(table, plans, measured)
-
-
-def fit_library_factors(table: LookupTable, plans: Mapping[str, Sequence[str]], measured: Mapping[str, float],
-                        ) -> dict[str, float]:  # fmt: skip
-    """Scale each library's group times so that the table predicts its single-library plan's ``measured``
-    milliseconds (at the table's speed); returns the factors applied now.
-
-    ``plans``: each library's single-library plan, the default library first (the others' plans fall back to it).
-    The factors multiply what the table holds, and their product since the in-context estimates
-    (``notes["context_factor"]``, updated) stays within :data:`FACTOR_RANGE`: the calibration applies them
-    first, the refining probe's longer contest again when the calibration ran late.
-    """
-    cumulative = table.notes.setdefault("context_factor", {})
-    applied: dict[str, float] = {}
-    for library, plan in plans.items():
-        problem = SelectionProblem(table)
-        pairs = list(zip(table.layers, plan, strict=True))
-        groups = sum(table.options[name][lib] for name, lib in pairs)
-        boundaries = problem.total(problem.choices(plan)) - groups
-        others = sum(table.options[name][lib] for name, lib in pairs if lib != library)
-        own = groups - others
-        before = cumulative.get(library, 1.0)
-        factor = (measured[library] - boundaries - others) / own if own > 0 else 1.0
-        factor = float(np.clip(factor, FACTOR_RANGE[0] / before, FACTOR_RANGE[1] / before))
-        for name in table.layers:
-            if library in table.options[name]:
-                table.options[name][library] *= factor
-        applied[library] = factor
-        cumulative[library] = before * factor
-    return applied
+    problem = SelectionProblem(table)
+    apply_fit(table, fit_plans(table, [(problem, plans[name], measured[name]) for name in plans]))

@@ -27,9 +27,9 @@ from rlcompile import runtimes
 from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.events import Event, Listener, Phase, Reuse, ignore
 from rlcompile.layer import solvers
+from rlcompile.layer.fit import apply_fit, fit_plans
 from rlcompile.layer.group_table import (
     GroupedModel,
-    fit_library_factors,
     group_model,
     load_or_profile_groups,
     single_library_plan,
@@ -46,7 +46,7 @@ from rlcompile.layer.in_context import (
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
-from rlcompile.layer.table import LookupTable, pair_key, save_table
+from rlcompile.layer.table import LookupTable, save_table
 from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import (
     DECISION_ROUNDS,
@@ -81,11 +81,6 @@ PROBES = {NOISE_PROBE: "ort native", OPENVINO_NOISE_PROBE: "openvino native"}
 GAUGES = ("ort native", "openvino native")
 #: How a single-runtime plan's label starts (``single:openvino``).
 SINGLE = "single:"
-#: The learned factor on the boundaries between two libraries stays within this range.
-BOUNDARY_SCALE_RANGE = (0.5, 20.0)
-#: How strongly a pair's factor is held at its current value when the measured plans fit it (relative to the
-#: pair's share of their time): weak, so that one measured plan crossing a pair moves its factor.
-BOUNDARY_PRIOR = 1e-3
 #: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
 ROUNDS = DECISION_ROUNDS
 #: With a deadline, the final contest's first batch of rounds is fitted into this share of the time left; the
@@ -399,61 +394,20 @@ def is_mixed(candidate: Candidate) -> bool:
     return len(set(candidate.assignment)) > 1
 
 
-def fit_boundary_scales(problem: SelectionProblem, candidates: list[Candidate], drift: Drift) -> dict[str, float]:
-    """The factors on library-to-library boundaries, per pair of libraries, that make the table predict the
-    measured plans.
-
-    Each measured plan that crosses between libraries is one equation: its measurement (at the table's speed)
-    less its groups and its crossings to and from the caller equals the sum, over the pairs it crosses, of the
-    pair's standalone crossing cost times the pair's factor. Least squares, each plan weighted by its own time
-    (relative errors count alike), held weakly at the current factors (:data:`BOUNDARY_PRIOR`), clipped to
-    :data:`BOUNDARY_SCALE_RANGE`. Per pair, because a switch costs what the two libraries' thread pools and
-    buffers make it cost: one factor for all pairs lets ORT/OpenVINO plans inflate every torch plan's switches,
-    which the calibration had already priced (the single-torch plan is the calibration's own measurement).
-
-    A single-library plan is left out even where it crosses to the default library (the groups its library cannot
-    run): its library's factor was fitted to make the table predict it, so what it leaves unexplained is its
-    measurement's noise, which its few crossings' small share of its time would magnify into the pair's factor.
-    """
-    table = problem.table
-    equations = []
+def measured_plans(problem: SelectionProblem, candidates: list[Candidate], drift: Drift,
+                   singles: bool = True) -> list[tuple[SelectionProblem, list[str], float]]:  # fmt: skip
+    """The measured candidates as :func:`~rlcompile.layer.fit.fit_plans` takes them: each priced the way
+    :func:`price_candidates` prices it, its measurement at the table's speed (``drift``); ``singles=False`` leaves the
+    single-library plans out."""
+    whole = SelectionProblem(whole_model_prices(problem.table))
+    plans = []
     for candidate in candidates:
-        if candidate.measured is None or candidate.single:
-            continue  # a single-library plan fitted its library's factor: it is no equation for the switches
-        choices = problem.choices(candidate.assignment)
-        crossings = library_boundaries(problem, choices)
-        if not any(crossings.values()):
-            continue  # a one-library plan teaches nothing about switches
-        scaled = sum(table.boundary_scale(pair) * ms for pair, ms in crossings.items())
-        measured = candidate.measured.median_ms / drift.of_plan(problem, choices)
-        equations.append((crossings, measured - (problem.total(choices) - scaled), measured))
-    if not equations:
-        return dict(table.boundary_scales)
-    pairs = sorted({pair for crossings, _, _ in equations for pair, ms in crossings.items() if ms > 0})
-    weights = np.array([1 / measured for _, _, measured in equations])
-    matrix = np.array([[crossings.get(pair, 0.0) for pair in pairs] for crossings, _, _ in equations])
-    matrix = matrix * weights[:, None]
-    rhs = np.array([left for _, left, _ in equations]) * weights
-    current = np.array([table.boundary_scale(pair) for pair in pairs])
-    prior = np.diag(np.sqrt(BOUNDARY_PRIOR) * np.sqrt((matrix**2).mean(axis=0)))
-    solution = np.linalg.lstsq(np.vstack([matrix, prior]), np.concatenate([rhs, prior @ current]), rcond=None)[0]
-    fitted = np.clip(solution, *BOUNDARY_SCALE_RANGE)
-    return dict(table.boundary_scales) | {pair: float(scale) for pair, scale in zip(pairs, fitted, strict=True)}
-
-
-def library_boundaries(problem: SelectionProblem, choices: list[int]) -> dict[str, float]:
-    """The plan's boundary costs between two libraries (not to or from the caller), per pair of libraries
-    (:func:`~rlcompile.layer.table.pair_key`), as measured standalone (before the learned factors)."""
-    table = problem.table
-    totals: dict[str, float] = {}
-    for consumer, edges in enumerate(problem.incoming):
-        target = problem.options[consumer][choices[consumer]].layout
-        for edge in edges:
-            source = problem.options[edge.producer][choices[edge.producer]].layout if edge.producer >= 0 else None
-            if source is not None and source != target:
-                key = pair_key(source, target)
-                totals[key] = totals.get(key, 0.0) + table.conversion_ms(edge.shape, source, target, scaled=False)
-    return totals
+        if candidate.measured is None or (candidate.single and not singles):
+            continue
+        priced_by = whole if candidate.single or not is_mixed(candidate) else problem
+        plans.append((priced_by, candidate.assignment,
+                      candidate.measured.median_ms / plan_drift(drift, problem, candidate)))
+    return plans
 
 
 def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE, noise: float | None = None) -> Candidate:
@@ -591,11 +545,15 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
            deadline: float | None = None, round_index: int = 1) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
     """Learn from a short measurement of the plans not measured yet (the probe); solve again on what it taught.
 
-    It teaches the boundary factors (per pair of libraries, :func:`fit_boundary_scales`), then, from each
+    It fits the table to every plan it measured (:func:`~rlcompile.layer.fit.fit_plans`): on the first probe each
+    library's factor and each pair of libraries' crossing factor together, the single-library plans included (the
+    speed of each library and what its fall-backs cost are one question); on later ones the crossings alone, over
+    the mixed plans (the library factors would scale prices the segments have corrected since). Then, from each
     segment timed inside its plan's runs, the in-context price of the groups the plans put in each library
     (:mod:`rlcompile.layer.in_context`): the solver's own picks are re-priced where it picked them. A late
-    calibration is redone on the first probe (:func:`recalibrate`). The single-library plans are timed in every
-    probe: each library's speed now against the calibration's (:class:`~rlcompile.layer.in_context.Drift`).
+    calibration's speeds are replaced by the first probe's (:func:`recalibrate`). The single-library plans are
+    timed in every probe: each library's speed now against the calibration's
+    (:class:`~rlcompile.layer.in_context.Drift`).
 
     The plans found on the corrected table join the candidates (labelled "(refined)", "(refined 2)", ...), so the
     final measurement compares the first and the refined answers side by side; a later round probes the refined
@@ -614,21 +572,21 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
         settle = Settle(max_batches=1, deadline=deadline)
     stats = time_candidates_once(timed, gauges, probe, feeds, settle=settle, clocked=True)
     gauged = {label.split()[0]: stats[label].median_ms for label in gauges}
-    # the first probe only: later ones would fit the library factors to prices the segments have corrected since
-    recalibrated = round_index == 1 and late_calibration(problem.table) and recalibrate(
-        problem.table, timed, gauged, progress)  # fmt: skip
-    if recalibrated:
-        problem = SelectionProblem(problem.table)
+    first = round_index == 1
+    recalibrated = first and late_calibration(problem.table) and recalibrate(problem.table, timed, gauged, progress)
     then = problem.table.notes.get("ort_native_ms")
     drift = gauge_drift(problem.table.notes, single_library_times(timed), gauged,
                         stats["ort native"].median_ms / then if then else 1.0)  # fmt: skip
-    scales = fit_boundary_scales(problem, timed, drift)
-    moved = {pair: scale for pair, scale in scales.items()
-             if abs(scale / problem.table.boundary_scale(pair) - 1) > 0.05}  # fmt: skip
+    fit = fit_plans(problem.table, measured_plans(problem, timed, drift, singles=first), libraries=first)
+    moved = {f"x{factor:.2f} on {library}'s groups": factor for library, factor in fit.library_factors.items()
+             if abs(factor - 1) > 0.05}  # fmt: skip
+    moved |= {f"x{scale:.2f} the standalone estimate between {pair.replace('|', ' and ')}": scale
+              for pair, scale in fit.boundary_scales.items()
+              if abs(scale / problem.table.boundary_scale(pair) - 1) > 0.05}  # fmt: skip
     if moved:
-        said = ", ".join(f"x{scale:.2f} between {pair.replace('|', ' and ')}" for pair, scale in sorted(moved.items()))
-        progress(Event("layer", f"boundaries between libraries cost {said} the table's standalone estimate"))
-        problem.table.boundary_scales = scales  # read by the problem as it prices crossings: no rebuild
+        progress(Event("layer", f"the measured plans refit the table: {', '.join(sorted(moved))}"))
+        apply_fit(problem.table, fit)
+        problem = SelectionProblem(problem.table)
     priced = price_in_context(problem, fresh, drift, progress)  # a plan's segments correct the prices once
     if moved or recalibrated or priced:
         problem = apply_group_prices(problem, priced)
@@ -718,26 +676,22 @@ def late_calibration(table: LookupTable) -> bool:
 
 def recalibrate(table: LookupTable, candidates: list[Candidate], native_ms: Mapping[str, float],
                 progress: Listener) -> bool:  # fmt: skip
-    """Calibrate the library factors again on the refining probe's measurement of the single-library plans (the
-    engines the late calibration timed in two short rounds; the probe times them in :data:`ROUNDS`), and take the
-    probe's native runs (``native_ms``, by library: :data:`GAUGES`) as the table's speed. Returns whether any
+    """Take the refining probe's measurement of the single-library plans (the engines the late calibration timed in
+    two short rounds; the probe times them in :data:`ROUNDS`) and of the native runs (``native_ms``, by library:
+    :data:`GAUGES`) as the table's speed; the probe's fit then scales the table to them. Returns whether any
     single-library plan was measured.
 
     Measured on 12 corpus models at ``select --budget 60s``, where every profile was cut short: the late
     calibration's ORT native was 0.58-1.43x what the final contest measured, and its factors carried that error.
     """
-    measured = {library: c for c in candidates if c.measured is not None for library in c.single}
-    ordered = sorted(measured, key=lambda name: name != table.default)
-    if not ordered:
+    measured = {library: c.measured.median_ms for c in candidates if c.measured is not None for library in c.single}
+    if not measured:
         return False
-    times = {name: measured[name].measured.median_ms for name in ordered}
-    applied = fit_library_factors(table, {name: measured[name].assignment for name in ordered}, times)
     table.notes["ort_native_ms"] = native_ms.get(REFERENCE_RUNTIME)
     table.notes["native_ms"] = dict(native_ms)
-    table.notes["single_library_ms"] = times
-    said = ", ".join(f"{name} x{factor:.2f}" for name, factor in applied.items())
-    progress(Event("layer", f"the calibration ran late: its factors corrected by the probe's longer measurement "
-                            f"({said})"))  # fmt: skip
+    table.notes["single_library_ms"] = measured
+    progress(Event("layer", "the calibration ran late: the probe's longer measurement of the single-library plans "
+                            f"({', '.join(sorted(measured))}) takes its place"))  # fmt: skip
     return True
 
 

@@ -13,6 +13,7 @@ import rlcompile
 from rlcompile.cli import main
 from rlcompile.events import Event, Reuse, Step
 from rlcompile.layer.in_context import Drift
+from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.selection import TIE_BAND, Candidate, pick, select_segments
 from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
@@ -52,7 +53,8 @@ def test_the_table_is_reused_and_the_solvers_keep_their_interface(selection):
                             timing=QUICK)  # fmt: skip
     assert again.table_reused and again.result.extra["proven_optimal"]
     qlearning = next(c for c in selection.candidates if "qlearning" in c.labels)
-    assert qlearning.predicted_ms >= again.result.total_ms - 1e-9
+    problem = SelectionProblem(again.table)  # what the exact solver optimised: no plan costs less on it
+    assert problem.total(problem.choices(qlearning.assignment)) >= again.result.total_ms - 1e-9
 
 
 def test_ties_go_to_the_plan_with_fewer_segments():
@@ -188,44 +190,6 @@ def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_no
     assert all({"ort->openvino", "openvino->ort"} <= set(entry) for entry in table.conversions.values())
 
 
-def test_measured_mixed_plans_teach_the_table_what_a_switch_costs_per_pair_of_libraries():
-    from rlcompile.layer.problem import SelectionProblem, exact
-    from rlcompile.layer.selection import fit_boundary_scales
-    from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
-
-    # three groups in a chain; "b" is 0.5 ms faster on the second, "c" on the third; the table thinks a switch costs
-    # 0.1 ms between any two libraries
-    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", "g3", "y2", (1, 8)),
-             Edge("g3", SINK, "z", (1, 8))]  # fmt: skip
-    conversions = {"1x8": {f"{s}->{t}": 0.1 for s in "abc" for t in "abc" if s != t}}
-    table = LookupTable("toy", ["g1", "g2", "g3"],
-                        {"g1": {"a": 1.0, "b": 2.0, "c": 2.0}, "g2": {"a": 1.0, "b": 0.5, "c": 2.0},
-                         "g3": {"a": 1.0, "b": 2.0, "c": 0.5}},
-                        {"a": "a", "b": "b", "c": "c"}, edges, conversions, host="host", default="a")  # fmt: skip
-    problem = SelectionProblem(table)
-    assert problem.names(exact(problem).plan) == {"g1": "a", "g2": "b", "g3": "c"}
-    # measured: a switch between a and b really costs 0.8 ms; between a and c what the table says
-    ab = Candidate(["ab"], ["a", "b", "a"], 2.7, measured=summarize([2.5 + 2 * 0.8]))  # two switches
-    ac = Candidate(["ac"], ["a", "a", "c"], 2.6, measured=summarize([2.6]))
-    single = Candidate(["single"], ["a", "a", "a"], 3.0, measured=summarize([3.0]))
-    scales = fit_boundary_scales(problem, [ab, ac, single], drift=Drift())  # single-library plans teach nothing
-    assert scales["a|b"] == pytest.approx(8.0, rel=0.01) and scales["a|c"] == pytest.approx(1.0, abs=0.01)
-    assert "b|c" not in scales  # no measured plan crossed it: it keeps the table's estimate
-    slower = Candidate(["ab"], ab.assignment, 2.7, measured=summarize([2 * (2.5 + 2 * 0.8)]))  # at half speed
-    assert fit_boundary_scales(problem, [slower, ac], drift=Drift({"a": 2.0, "b": 2.0}))["a|b"] == pytest.approx(
-        8.0, rel=0.01)  # fmt: skip
-    table.boundary_scales = scales
-    refined = SelectionProblem(table)
-    assert refined.names(exact(refined).plan) == {"g1": "a", "g2": "a", "g3": "c"}
-    assert refined.total(refined.choices(ab.assignment)) == pytest.approx(4.1, rel=0.01)
-    assert fit_boundary_scales(refined, [single], Drift()) == scales
-    # a single-library plan that falls back to the default library crosses too, but fitted its library's factor
-    fallback = Candidate(["single:b"], ["a", "b", "b"], 2.7, single=["b"], measured=summarize([9.0]))
-    assert fit_boundary_scales(refined, [fallback], Drift()) == scales
-    cheap = Candidate(["ac"], ["a", "a", "c"], 2.6, measured=summarize([2.45]))  # cheaper than standalone: down
-    assert fit_boundary_scales(SelectionProblem(table), [cheap], Drift())["a|c"] == pytest.approx(0.5, abs=0.01)
-
-
 def test_the_original_model_run_whole_by_each_runtime_is_always_a_candidate(selection):
     """A runtime whose single-runtime plan falls back to ONNX Runtime on some groups still competes with the whole
     model run natively, so the output is never slower than the faster native library (found on a YOLOS export)."""
@@ -344,29 +308,21 @@ def test_boundary_probes_past_the_profiles_deadline_take_far_fewer_calls():
     assert 3 * calls[1] < calls[0]
 
 
-def test_a_late_calibration_is_corrected_by_the_probes_measurement_of_the_single_library_plans():
-    from rlcompile.layer.group_table import FACTOR_RANGE
-    from rlcompile.layer.problem import SelectionProblem
+def test_a_late_calibration_takes_the_probes_measurement_of_the_single_library_plans_as_the_tables_speed():
     from rlcompile.layer.selection import late_calibration, recalibrate
-    from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+    from rlcompile.layer.table import LookupTable
 
-    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
-    notes = {"cut_short": 1, "context_factor": {"a": 1.0, "b": 0.75 * FACTOR_RANGE[1]}, "ort_native_ms": 9.0}
-    table = LookupTable("toy", ["g1", "g2"], {"g1": {"a": 1.0, "b": 1.0}, "g2": {"a": 1.0, "b": 1.0}},
-                        {"a": "a", "b": "b"}, edges, {}, host="host", default="a", notes=notes)  # fmt: skip
+    table = LookupTable("toy", [], {}, {}, [], {}, notes={"cut_short": 1, "ort_native_ms": 9.0})
     assert late_calibration(table) and not late_calibration(LookupTable("t", [], {}, {}, [], {}))
     on_a = Candidate(["single:a"], ["a", "a"], 2.0, single=["a"], measured=summarize([4.0]))
-    on_b = Candidate(["single:b"], ["b", "b"], 2.0, single=["b"], measured=summarize([4.0]))
-    mixed = Candidate(["exact"], ["a", "b"], 2.0, measured=summarize([9.0]))  # teaches the boundaries, not factors
+    on_b = Candidate(["single:b"], ["b", "b"], 2.0, single=["b"], measured=summarize([5.0]))
+    mixed = Candidate(["exact"], ["a", "b"], 2.0, measured=summarize([9.0]))  # a plan, not a library's speed
     events: list[Event] = []
     assert recalibrate(table, [mixed, on_b, on_a], {"ort": 4.5, "openvino": 3.0}, progress=events.append)
-    problem = SelectionProblem(table)
-    assert problem.total(problem.choices(on_a.assignment)) == pytest.approx(4.0)  # the probe's measurement, x2
-    # b's factor would be x2 too, but its product with the calibration's stays within the range: x4/3
-    assert table.notes["context_factor"] == {"a": pytest.approx(2.0), "b": pytest.approx(FACTOR_RANGE[1])}
-    assert table.notes["ort_native_ms"] == 4.5 and len(events) == 1
+    assert table.notes["single_library_ms"] == {"a": 4.0, "b": 5.0} and len(events) == 1
+    assert table.notes["ort_native_ms"] == 4.5
     assert table.notes["native_ms"] == {"ort": 4.5, "openvino": 3.0}  # the gauges' speed, now the table's
-    assert not recalibrate(table, [mixed], {"ort": 4.5}, events.append)  # no single-library plan: nothing to fit
+    assert not recalibrate(table, [mixed], {"ort": 4.5}, events.append)  # no single-library plan: nothing to take
 
 
 def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):
