@@ -88,8 +88,8 @@ def fit_plans(table: LookupTable, plans: Sequence[tuple[SelectionProblem, Sequen
 
     ``plans``: (the problem on ``table`` that prices the plan, a library per group, measured ms): a single-library
     plan is priced without the segment clocks' corrections (:func:`~rlcompile.layer.in_context.whole_model_prices`),
-    a mixed one with them. ``libraries=False`` keeps the libraries' factors and fits the
-    crossings only (the prices the segment clocks corrected are then left as they are). A factor no plan weighs
+    a mixed one with them. ``libraries=False`` keeps the libraries' factors and fits the crossings only (the prices
+    the segment clocks corrected are then left as they are). A factor no plan weighs
     (a library no plan uses, a pair none crosses) is not returned.
     """
     cumulative = table.notes.get("context_factor") or {}
@@ -106,26 +106,28 @@ def fit_plans(table: LookupTable, plans: Sequence[tuple[SelectionProblem, Sequen
     names = sorted({name for terms, _, _ in rows for name in terms})
     if not names:
         return PlanFit()
-    current, low, high = [], [], []
-    for name in names:
-        kind, key = name.split(":", 1)
-        if kind == "lib":
-            before = cumulative.get(key, 1.0)
-            current.append(1.0), low.append(FACTOR_RANGE[0] / before), high.append(FACTOR_RANGE[1] / before)
-        else:
-            current.append(table.boundary_scale(key)), low.append(BOUNDARY_SCALE_RANGE[0])
-            high.append(BOUNDARY_SCALE_RANGE[1])
+    current, low, high = np.array([bounds(table, name, cumulative) for name in names]).T
     weights = np.array([1 / measured for _, _, measured in rows])
     matrix = np.array([[terms.get(name, 0.0) for name in names] for terms, _, _ in rows]) * weights[:, None]
     rhs = np.array([left for _, left, _ in rows]) * weights
     held = np.sqrt(PRIOR) * np.sqrt((matrix**2).mean(axis=0))
     solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held * current]),
-                                     np.array(low), np.array(high))  # fmt: skip
+                                     low, high)  # fmt: skip
     fit = PlanFit()
     for name, value in zip(names, solution, strict=True):
         kind, key = name.split(":", 1)
         (fit.library_factors if kind == "lib" else fit.boundary_scales)[key] = float(value)
     return fit
+
+
+def bounds(table: LookupTable, name: str, cumulative: dict[str, float]) -> tuple[float, float, float]:
+    """(current value, lowest, highest) of the factor ``name``: ``lib:LIBRARY`` (relative to now, its product with
+    the factors applied before within :data:`FACTOR_RANGE`) or ``pair:PAIR`` (:data:`BOUNDARY_SCALE_RANGE`)."""
+    kind, key = name.split(":", 1)
+    if kind == "lib":
+        before = cumulative.get(key, 1.0)
+        return 1.0, FACTOR_RANGE[0] / before, FACTOR_RANGE[1] / before
+    return table.boundary_scale(key), *BOUNDARY_SCALE_RANGE
 
 
 def bounded_least_squares(matrix: np.ndarray, rhs: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
