@@ -49,14 +49,14 @@ def test_the_measured_plans_set_each_pairs_crossing_factor_and_a_pair_no_plan_cr
 
 def test_a_library_and_the_crossings_of_its_fallbacks_are_fitted_together():
     """b's single-library plan falls back to a on g1 and crosses once; its standalone crossing is priced at 1 ms
-    where it costs 0.1 ms in context. Apart, b's factor had to absorb the crossing; together, with a mixed plan that
+    where it costs 0.6 ms in context. Apart, b's factor had to absorb the crossing; together, with a mixed plan that
     crosses twice, both come out right and every plan is predicted."""
     table = chain(crossing_ms=1.0)
     problem = SelectionProblem(table)
-    truth = {(("a", "a", "a")): 3.0, ("a", "b", "b"): 1 + 1.2 * 2.5 + 0.1, ("a", "b", "a"): 2 + 1.2 * 0.5 + 0.2}
+    truth = {(("a", "a", "a")): 3.0, ("a", "b", "b"): 1 + 1.2 * 2.5 + 0.6, ("a", "b", "a"): 2 + 1.2 * 0.5 + 1.2}
     fit = fit_plans(table, plans(problem, *[(list(plan), ms) for plan, ms in truth.items()]))
     assert fit.library_factors == {"a": pytest.approx(1.0, abs=0.01), "b": pytest.approx(1.2, abs=0.01)}
-    assert fit.boundary_scales == {"a|b": pytest.approx(0.1, abs=0.01)}
+    assert fit.boundary_scales == {"a|b": pytest.approx(0.6, abs=0.01)}
     apply_fit(table, fit)
     assert table.notes["context_factor"] == {"a": pytest.approx(1.0, abs=0.01), "b": pytest.approx(1.2, abs=0.01)}
     for plan, ms in truth.items():
