@@ -1,0 +1,101 @@
+"""How steady a plan that switches libraries at every other group is, call after call, beside ONNX Runtime native.
+
+    python benchmarks/plan_stability.py [--model lenet5|PATH.onnx] [--library torch] [--threads 2] [--blocks 12]
+                                        [--out results/plan_stability]
+
+The plan is ``--library`` wherever it runs and ONNX Runtime for the other groups (the single-library plan
+``select`` calibrates and measures). Timed: its first ten calls after compiling, then ``--blocks`` blocks of 20
+calls of ORT native followed by 20 calls of the plan (a 50 ms pause after each, as a contest's wind-down), then 100
+calls of the plan alone. If the table is to predict such a plan within 15%, its own blocks must agree within that.
+
+Measured on the lent H100 machine's host (a quiet 16-core Xeon, 16 threads), hf:mobilenet-v2's PyTorch plan (34
+segments): 20-25 ms a call after two warm-up calls, then block medians of 40-82 ms beside ORT native (minima
+26-55), and 47-55 ms alone after them: a quiet machine, 2x between blocks of one plan. On the slowed 2-core VM (2
+threads, ``results/plan_stability``): 41-71 ms a call after the warm-up, block medians 27.8-54.4 ms (x1.95) while
+ORT native's stayed at 7.4-10.1 ms, 38.9-45.0 ms alone.
+
+Writes ``plan_stability.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from rlcompile import atomic, runtimes
+from rlcompile.errors import RlcompileError
+from rlcompile.layer.group_table import group_model
+from rlcompile.machine import environment
+from rlcompile.models import load_model
+from rlcompile.runtimes import RuntimeOptions
+
+console = Console()
+PAUSE_S = 0.05
+BLOCK_CALLS = 20
+
+
+def milliseconds(call: Callable[[], object], count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1e3)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="lenet5")
+    parser.add_argument("--library", default="torch")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--out", type=Path, default=Path("results/plan_stability"))
+    args = parser.parse_args(argv)
+    try:
+        grouped = group_model(load_model(args.model))
+        created = {name: runtimes.create(name) for name in ("ort", args.library)}
+    except (RlcompileError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    nodes = {node.name: node for node in grouped.proto.graph.node}
+    plan = [args.library if created[args.library].supports([nodes[name] for name in group.nodes]) else "ort"
+            for group in grouped.groups]  # fmt: skip
+    feeds = grouped.feeds
+    native = grouped.original.compile(created["ort"], RuntimeOptions(args.threads, exclusive=True)).timer(feeds)
+    engine = grouped.engine(plan, args.threads, created)
+    run = lambda: engine.run(feeds)  # noqa: E731
+    first = milliseconds(run, 10)
+    blocks = []
+    for _ in range(args.blocks):
+        native_ms = milliseconds(native, BLOCK_CALLS)
+        time.sleep(PAUSE_S)
+        plan_ms = milliseconds(run, BLOCK_CALLS)
+        time.sleep(PAUSE_S)
+        blocks.append({"native_median_ms": float(np.median(native_ms)), "plan_median_ms": float(np.median(plan_ms)),
+                       "plan_min_ms": min(plan_ms)})  # fmt: skip
+    alone = milliseconds(run, 5 * BLOCK_CALLS)
+    alone_medians = [float(np.median(alone[i : i + BLOCK_CALLS])) for i in range(0, len(alone), BLOCK_CALLS)]
+    medians = [block["plan_median_ms"] for block in blocks]
+    console.print(f"{args.model}, {args.library} wherever it runs ({len(engine.compiled)} segments), "
+                  f"{args.threads} threads: first calls {', '.join(f'{ms:.1f}' for ms in first)} ms")  # fmt: skip
+    console.print(f"block medians beside ORT native {min(medians):.1f}-{max(medians):.1f} ms "
+                  f"(x{max(medians) / min(medians):.2f}); alone after them "
+                  f"{min(alone_medians):.1f}-{max(alone_medians):.1f} ms")  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(args.out / "plan_stability.json", {
+        "environment": environment(args.threads), "model": args.model, "library": args.library,
+        "segments": len(engine.compiled), "first_calls_ms": first, "blocks": blocks,
+        "alone_block_medians_ms": alone_medians,
+    })  # fmt: skip
+    console.print(f"wrote {args.out / 'plan_stability.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
