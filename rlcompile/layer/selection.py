@@ -394,6 +394,13 @@ def is_mixed(candidate: Candidate) -> bool:
     return len(set(candidate.assignment)) > 1
 
 
+def pricing_problem(candidate: Candidate, problem: SelectionProblem, whole: SelectionProblem) -> SelectionProblem:
+    """Which table prices ``candidate``: a plan of one library (or a single-library plan that falls back to the
+    default library) at the calibrated prices (``whole``: :func:`~rlcompile.layer.in_context.whole_model_prices`), a
+    mixed plan at the prices its segments' clocks corrected (``problem``)."""
+    return whole if candidate.single or not is_mixed(candidate) else problem
+
+
 def measured_plans(problem: SelectionProblem, candidates: list[Candidate], drift: Drift,
                    singles: bool = True) -> list[tuple[SelectionProblem, list[str], float]]:  # fmt: skip
     """The measured candidates as :func:`~rlcompile.layer.fit.fit_plans` takes them: each priced the way
@@ -404,8 +411,7 @@ def measured_plans(problem: SelectionProblem, candidates: list[Candidate], drift
     for candidate in candidates:
         if candidate.measured is None or (candidate.single and not singles):
             continue
-        priced_by = whole if candidate.single or not is_mixed(candidate) else problem
-        plans.append((priced_by, candidate.assignment,
+        plans.append((pricing_problem(candidate, problem, whole), candidate.assignment,
                       candidate.measured.median_ms / plan_drift(drift, problem, candidate)))
     return plans
 
@@ -626,7 +632,7 @@ def price_candidates(problem: SelectionProblem, candidates: list[Candidate]) -> 
         if candidate.single and candidate.single[0] in calibrated:
             candidate.predicted_ms = calibrated[candidate.single[0]]
             continue
-        priced_by = whole if candidate.single or len(set(candidate.assignment)) == 1 else problem
+        priced_by = pricing_problem(candidate, problem, whole)
         candidate.predicted_ms = priced_by.total(priced_by.choices(candidate.assignment))
 
 
