@@ -37,7 +37,7 @@ from rlcompile.errors import ModelError, first_line
 from rlcompile.events import Event, Listener, Phase, Reuse, Step, ignore
 from rlcompile.graph.cleanup import clean_model
 from rlcompile.layer.fit import apply_fit, fit_plans
-from rlcompile.layer.groups import FusionGroup, fusion_groups, name_nodes
+from rlcompile.layer.groups import FusionGroup, fusion_groups, group_kind, name_nodes
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.segments import (
     Segment,
@@ -75,13 +75,15 @@ from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.threads import spinning_allowed, wind_down_s
 
-GROUP_TABLE_VERSION = 6
+GROUP_TABLE_VERSION = 7
 #: Timing of a whole single-library plan during calibration.
 PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=6.0, floor_repeats=3)
 #: Past the profile's deadline (the groups left on the default library, then the calibration): shorter timing, so
 #: the stage's final contest keeps its time; the table is not saved, and a later run profiles it fully.
 CUT_TIMING = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.02, max_time_s=1.0, floor_repeats=1)
 CUT_PLAN_TIMING = MeasureConfig(warmup=1, min_repeats=1, min_time_s=0.1, max_time_s=0.3, floor_repeats=1)
+#: Groups of one kind measured at most (their median prices every member: :func:`time_groups`).
+MEASURED_PER_KIND = 3
 #: Alternations per boundary measurement (median of the B calls).
 BOUNDARY_REPEATS = 25
 #: Past the profile's deadline, at least this many boundary shapes are still measured: a line needs two.
@@ -147,6 +149,17 @@ class GroupedModel:
                                                       created)  # fmt: skip
         return self.engines[key]
 
+
+    @functools.cached_property
+    def kinds(self) -> dict[str, str]:
+        """Each group's kind (:func:`~rlcompile.layer.groups.group_kind`), by group name."""
+        return {group.name: group_kind(self.group_proto(index), [self.examples[name] for name in group.inputs])
+                for index, group in enumerate(self.groups)}  # fmt: skip
+
+    def group_proto(self, index: int) -> onnx.ModelProto:
+        """Group ``index`` alone, as a model."""
+        group = self.groups[index]
+        return self.extractor.extract(Segment("", [index], group.inputs, group.outputs), f"group{index:03d}")
 
     def runs_original(self, library: str) -> bool:
         """Whether ``library`` claims every node of the model as loaded (before BatchNorm folding)."""
@@ -235,6 +248,7 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
     late = bool(cut or estimated)
     calibrate(table, grouped, created, threads, progress, CUT_PLAN_TIMING if late else PLAN_TIMING, late=late,
               deadline=calibrate_by, gauges=gauges)  # fmt: skip
+    table.notes["group_kinds"] = grouped.kinds
     if late:
         table.notes["cut_short"] = len(cut)
         table.notes["boundaries_estimated"] = estimated
@@ -257,19 +271,27 @@ def write_checkpoint(path: Path | None, standalone: dict, rejected: dict) -> Non
 def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | None = None,
                 deadline: float | None = None) -> tuple[dict, dict]:  # fmt: skip
     """{group: {library: standalone ms}} and {group: {library: why not}}; past ``deadline``, the default
-    library only (the checkpoint keeps what was measured, so a later run completes the profile)."""
+    library only (the checkpoint keeps what was measured, so a later run completes the profile).
+
+    Groups of one kind (:func:`~rlcompile.layer.groups.group_kind`: a transformer's repeated layers) are measured
+    up to :data:`MEASURED_PER_KIND` times and each member takes their median (:func:`pool_kinds`): the profile takes
+    less time, and the solver cannot pick a library for one layer and another for its twin on measurement noise
+    (hf:albert's six identical feed-forward groups were priced 0.21-1.01 ms on ONNX Runtime, one each).
+    """
     cut_at = None
-    extractor = grouped.extractor
     standalone, rejected = read_checkpoint(checkpoint)
     if standalone:
         progress(Reuse("layer", f"resuming the profile: {len(standalone)} of {len(grouped.groups)} groups already "
                        "measured", "profile", len(standalone), len(grouped.groups)))  # fmt: skip
+    kinds = grouped.kinds
     for index, group in enumerate(grouped.groups):
         if group.name in standalone and set(standalone[group.name]) | set(rejected.get(group.name, {})) >= set(created):
             continue
+        if measured_of_kind(kinds, kinds[group.name], standalone, rejected, set(created)) >= MEASURED_PER_KIND:
+            continue
         progress(Step("layer", f"profiling group {index + 1}/{len(grouped.groups)}: {group.name} ({group.describe()})",
                       index, len(grouped.groups), "groups profiled", group.name))  # fmt: skip
-        proto = extractor.extract(Segment("", [index], group.inputs, group.outputs), f"group{index:03d}")
+        proto = grouped.group_proto(index)
         members = set(group.nodes)
         nodes = [node for node in proto.graph.node if node.name in members]
         inputs = [grouped.examples[name] for name in group.inputs]
@@ -293,8 +315,43 @@ def time_groups(grouped, created, threads, progress, timing, checkpoint: Path | 
         if cut_at is None:
             write_checkpoint(checkpoint, standalone, rejected)
     count = len(grouped.groups)
-    progress(Step("layer", f"profiled {count} groups", count, count, "groups profiled"))
+    standalone, rejected = pool_kinds(kinds, standalone, rejected)
+    shared = count - len(set(kinds.values()))
+    progress(Step("layer", f"profiled {count} groups ({len(set(kinds.values()))} kinds: {shared} priced by their "
+                           "kind's measurements)" if shared else f"profiled {count} groups",
+                  count, count, "groups profiled"))  # fmt: skip
     return standalone, rejected
+
+
+def measured_of_kind(kinds: Mapping[str, str], kind: str, standalone: Mapping[str, Mapping[str, float]],
+                     rejected: Mapping[str, Mapping[str, str]], libraries: set[str]) -> int:  # fmt: skip
+    """How many groups of ``kind`` were measured on every one of ``libraries`` (or rejected by it)."""
+    return sum(kinds.get(name) == kind and set(times) | set(rejected.get(name, {})) >= libraries
+               for name, times in standalone.items())  # fmt: skip
+
+
+def pool_kinds(kinds: Mapping[str, str], standalone: Mapping[str, Mapping[str, float]],
+               rejected: Mapping[str, Mapping[str, str]]) -> tuple[dict, dict]:  # fmt: skip
+    """Every group's times as the median of its kind's measurements, per library; a library every measured member
+    of the kind rejected is rejected for each member, with the first reason."""
+    by_kind: dict[str, list[str]] = {}
+    for name in standalone:
+        if name in kinds:
+            by_kind.setdefault(kinds[name], []).append(name)
+    pooled, refused = {}, {}
+    for name, kind in kinds.items():
+        measured = by_kind.get(kind)
+        if not measured:
+            continue
+        libraries = dict.fromkeys(library for member in measured for library in standalone[member])
+        pooled[name] = {library: float(np.median([standalone[member][library] for member in measured
+                                                  if library in standalone[member]]))
+                        for library in libraries}  # fmt: skip
+        reasons = {library: why for member in reversed(measured) for library, why in rejected.get(member, {}).items()
+                   if library not in libraries}  # fmt: skip
+        if reasons:
+            refused[name] = reasons
+    return pooled, refused
 
 
 def time_group(library, proto, nodes, inputs, expected, threads, timing) -> tuple[float, str | None]:

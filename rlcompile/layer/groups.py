@@ -18,8 +18,11 @@ they are needed.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 ANCHOR_OPS = frozenset({
@@ -137,3 +140,34 @@ def link_groups(model: onnx.ModelProto, groups: list[FusionGroup], group_of_valu
     for name, owner in group_of_value.items():  # in production order
         if name in crossing:
             groups[owner].outputs.append(name)
+
+
+#: An integer constant of at most this many elements is part of a group's kind by value (a Reshape's target shape, a
+#: Slice's bounds, a Gather's indices): it changes what runs. Other weights count by shape and type only: their values
+#: do not change the time.
+SMALL_CONSTANT = 64
+
+
+def group_kind(proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> str:
+    """A hash of what a group's extracted model computes and on which shapes, independent of names and of its large
+    weights' values: groups of one kind (a transformer's repeated layers) take the same time in every library.
+
+    ``inputs``: arrays of the model's graph inputs, in order (their shapes and types are part of the kind).
+    """
+    graph = proto.graph
+    tokens = {value.name: f"in:{np.asarray(array).dtype}{np.asarray(array).shape}"
+              for value, array in zip(graph.input, inputs, strict=True)}  # fmt: skip
+    for init in graph.initializer:
+        array = onnx.numpy_helper.to_array(init)
+        value = array.tobytes().hex() if array.dtype.kind in "iub" and array.size <= SMALL_CONSTANT else ""
+        tokens[init.name] = f"c:{init.data_type}{tuple(init.dims)}{value}"
+    for node in graph.node:
+        digest = hashlib.blake2b(digest_size=12)
+        digest.update(f"{node.domain}:{node.op_type}".encode())
+        for attribute in sorted(node.attribute, key=lambda item: item.name):
+            digest.update(attribute.SerializeToString())
+        digest.update("|".join(tokens.get(name, "-") for name in node.input).encode())
+        for index, name in enumerate(node.output):
+            tokens[name] = f"{digest.hexdigest()}.{index}"
+    outputs = "|".join(tokens.get(value.name, "-") for value in graph.output)
+    return hashlib.blake2b(outputs.encode(), digest_size=12).hexdigest()

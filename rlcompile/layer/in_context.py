@@ -91,10 +91,16 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     ``plans``: each measured plan's assignment (a library per group) and its segments timed in context;
     ``drift``: how much slower each library ran during that measurement than at the table's calibration. A
     segment's factor is what its groups must cost for the segment to cost its measurement, the crossings
-    charged to it kept; a group in several timed segments of its library takes their geometric mean. Factors
-    within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped. Returns ``{group: {library: factor}}``.
+    charged to it kept; a group in several timed segments of its library takes their geometric mean, and so does
+    every group of one kind (``notes["group_kinds"]``: a transformer's repeated layers), timed or not: a correction
+    that reached one layer and not its twin would let the solver alternate libraries between them on a difference
+    no measurement showed. Factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped. Returns
+    ``{group: {library: factor}}``.
     """
-    collected: dict[tuple[int, str], list[float]] = {}
+    kinds = problem.table.notes.get("group_kinds") or {}
+    layers = problem.table.layers
+    kind = [kinds.get(name, name) for name in layers]
+    collected: dict[tuple[str, str], list[float]] = {}
     for assignment, segments in plans:
         choices = problem.choices(assignment)
         for segment, (own, crossings) in zip(segments, segment_predictions(problem, choices, segments), strict=True):
@@ -103,12 +109,14 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
             factor = float(np.clip((segment.ms / drift.of(segment.library) - crossings) / own,
                                    *SEGMENT_FACTOR_RANGE))
             for k in segment.groups:
-                collected.setdefault((k, segment.library), []).append(factor)
+                collected.setdefault((kind[k], segment.library), []).append(factor)
     factors: dict[str, dict[str, float]] = {}
-    for (k, library), values in sorted(collected.items()):
-        factor = float(np.exp(np.mean(np.log(values))))
-        if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
-            factors.setdefault(problem.table.layers[k], {})[library] = factor
+    for k, name in enumerate(layers):
+        for library in problem.table.options[name]:
+            values = collected.get((kind[k], library))
+            factor = float(np.exp(np.mean(np.log(values)))) if values else 1.0
+            if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
+                factors.setdefault(name, {})[library] = factor
     return factors
 
 

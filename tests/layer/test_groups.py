@@ -87,3 +87,33 @@ def test_a_library_that_computes_another_shape_is_a_reason_not_a_crash():
     ms, why = time_if_agrees(lambda: (lambda: None, [np.zeros((1, 32, 110, 110), np.float32)]), reference, QUICK,
                              "ONNX Runtime")  # fmt: skip
     assert np.isnan(ms) and "output shape (1, 32, 110, 110), expected (1, 32, 112, 112)" in why
+
+
+def repeated_layers() -> GraphBuilder:
+    """Five Conv+Relu layers of 4 channels on 8x8 (each its own weights), a Conv to 8 channels, and two Reshapes that
+    differ only in their target shape."""
+    import numpy as np
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    for _ in range(5):
+        x = b.op("Relu", [b.conv(x, 4, 4)])
+    x = b.op("Relu", [b.conv(x, 4, 8)])
+    flat = b.op("Reshape", [b.op("LayerNormalization", [x, b.weight(8), b.weight(8)]),
+                            b.const(np.array([1, 8, 64]))])  # fmt: skip
+    wide = b.op("Reshape", [b.op("LayerNormalization", [x, b.weight(8), b.weight(8)]),
+                            b.const(np.array([1, 64, 8]))])  # fmt: skip
+    return b, [flat, wide]
+
+
+def test_repeated_layers_are_one_kind_whatever_their_weights_and_another_shape_or_target_is_another():
+    from rlcompile.layer.group_table import group_model
+    from tests.graph.conftest import loaded
+
+    b, outputs = repeated_layers()
+    grouped = group_model(loaded(b.model(outputs)))
+    kinds = [grouped.kinds[group.name] for group in grouped.groups]
+    assert [group.describe() for group in grouped.groups] == ["Conv+Relu"] * 6 + ["LayerNormalization+Reshape"] * 2
+    assert len(set(kinds[:5])) == 1  # the same layer with other weights
+    assert kinds[5] != kinds[0]  # 8 output channels
+    assert kinds[6] != kinds[7]  # a Reshape's target is part of what runs

@@ -84,6 +84,19 @@ def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mix
     assert 1.5 < plan_drift(drift, calibrated, mixed) < 3.0
 
 
+def test_a_correction_reaches_every_group_of_the_kind_it_measured_timed_or_not():
+    """g2 and g3 are one layer twice: the "b" segment that held g2 alone measured it at 2x, so g3 in "b" is 2x too;
+    otherwise the solver would move g3 to "b" on a price no measurement showed."""
+    table = chain_table()
+    table.notes["group_kinds"] = {"g1": "first", "g2": "layer", "g3": "layer"}
+    problem = SelectionProblem(table)
+    plan = ["a", "b", "a"]
+    timed = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1,), 2 * 0.5 + 0.1), TimedSegment("a", (2,), 1.15)]
+    factors = fit_group_prices(problem, [(plan, timed)])
+    assert factors == {"g2": {"b": pytest.approx(2.0)}, "g3": {"b": pytest.approx(2.0)}}
+    assert fit_group_prices(SelectionProblem(chain_table()), [(plan, timed)]) == {"g2": {"b": pytest.approx(2.0)}}
+
+
 def test_the_machines_drift_is_not_taken_for_a_price_and_two_contexts_meet_halfway():
     problem = SelectionProblem(chain_table())
     plan = ["a", "b", "b"]

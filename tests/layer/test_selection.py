@@ -165,6 +165,24 @@ def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: 
     assert not path.with_name(path.name + ".partial").exists()
 
 
+def test_a_profile_measures_a_few_groups_of_each_kind_and_prices_every_member_at_their_median(tmp_path: Path):
+    from rlcompile import runtimes
+    from rlcompile.layer.group_table import MEASURED_PER_KIND, group_model, load_or_profile_groups
+    from tests.graph.conftest import loaded
+    from tests.layer.test_groups import repeated_layers
+
+    b, outputs = repeated_layers()
+    grouped = group_model(loaded(b.model(outputs)))
+    events: list[Event] = []
+    table, _ = load_or_profile_groups(grouped, {"ort": runtimes.create("ort")}, 1, tmp_path / "t.json", events.append)
+    profiled = [event.item for event in events if isinstance(event, Step) and event.item]
+    layers = [group.name for group in grouped.groups[:5]]  # five Conv+Relu of one kind
+    assert len(set(profiled) & set(layers)) == MEASURED_PER_KIND
+    assert set(profiled) >= {group.name for group in grouped.groups[5:]}
+    assert len({table.options[name]["ort"] for name in layers}) == 1
+    assert table.notes["group_kinds"] == grouped.kinds
+
+
 def test_a_profile_past_its_deadline_measures_only_the_default_library_and_is_not_saved(tmp_path: Path):
     import time
 
