@@ -170,6 +170,10 @@ class SegmentEngine:
     def libraries(self) -> list[str]:
         return [item.segment.library for item in self.compiled]
 
+    def runs_whole(self, proto: onnx.ModelProto) -> bool:
+        """Whether this engine is one segment running ``proto`` itself: that library's native run of the model."""
+        return len(self.compiled) == 1 and self.compiled[0].segment.proto is proto
+
     @property
     def wind_down_s(self) -> float:
         """How long its library's idle threads spin after a run (a plan of one ONNX Runtime segment runs it
