@@ -122,8 +122,17 @@ def try_command(model: list[str], command: str, out: Path) -> dict:
         row |= {"speedup": latency["speedup"], "noise": latency["noise"], "final_ms": latency["final_ms"],
                 "rounds": latency.get("rounds"), "budget_s": 240.0, "stages_s": stages}  # fmt: skip
     if command == "select":
-        row["plans"] = plan_predictions(out / "plan" / "manifest.json")
+        row |= select_predictions(out / "plan" / "manifest.json")
     return row
+
+
+def select_predictions(manifest: Path) -> dict:
+    """``plans`` (:func:`plan_predictions`), and the timing noise the predictions carry: ``noise``, how far the final
+    contest's identical sessions differed, and ``calibration_noise``, how far the calibration's did (``None`` when
+    the manifest is missing or has no twins)."""
+    selection = json.loads(manifest.read_text())["selection"] if manifest.exists() else {}
+    return {"plans": plan_predictions(manifest), "noise": selection.get("noise"),
+            "calibration_noise": selection.get("calibration_noise")}
 
 
 def plan_predictions(manifest: Path) -> list[dict] | None:
@@ -132,8 +141,8 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
     the prediction times each library's drift since the calibration), the measurement, the two's ratio
     (``measured_over_expected``) and its median over the final contest's rounds, each round's prediction at that
     round's library speeds (``round_ratio``: ``Selection.round_ratios``); ``single``: the libraries
-    whose single-library plan this is (its own measurement sets its library's drift). ``None`` when the manifest is
-    missing."""
+    whose single-library plan this is (judged by its library's native run, never by itself). ``None`` when the
+    manifest is missing."""
     if not manifest.exists():
         return None
     selection = json.loads(manifest.read_text())["selection"]
@@ -162,14 +171,17 @@ def prediction_ratio(plan: dict, by_round: bool = False) -> float | None:
 
 
 def predicted(plans: list[dict] | None, probed: bool | None = None, single: bool | None = None,
-              by_round: bool = False) -> tuple[int, int, float | None]:  # fmt: skip
+              by_round: bool = False, whole: bool | None = None) -> tuple[int, int, float | None]:  # fmt: skip
     """(plans within :data:`PREDICTION_BAND` of their measurement, plans with a prediction, the worst ratio of
     measured to predicted; :func:`prediction_ratio`). ``probed``: only the plans the refining probe measured (in
-    sample: the table was corrected on them), or only the others; ``single``: only the single-library plans (they
-    set their libraries' speed: near 1 by construction), or only the others."""
+    sample: the table was corrected on them), or only the others; ``single``: only the single-library plans (priced
+    at the calibration's measurement of them, judged by their library's native run), or only the others;
+    ``whole``: only the plans of one segment, or only those of several (a single-library plan falls back to ONNX
+    Runtime for the groups its library does not run)."""
     ratios = [ratio for plan in plans or [] if (ratio := prediction_ratio(plan, by_round)) is not None
               and (probed is None or bool(plan.get("probed")) == probed)
-              and (single is None or bool(plan.get("single")) == single)]  # fmt: skip
+              and (single is None or bool(plan.get("single")) == single)
+              and (whole is None or (plan.get("segments") == 1) == whole)]  # fmt: skip
     worst = max(ratios, key=lambda ratio: abs(math.log(ratio))) if ratios else None
     return sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in ratios), len(ratios), worst
 
@@ -207,9 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             saved[key] = try_command(model, command, run_folder(args.out, name, command))
             atomic.write_json(path, saved, indent=1)
     for key, row in saved.items():  # rows from before the predictions were recorded, while their plans are on disk
-        if key.endswith("/select") and "plans" not in row:
-            row["plans"] = plan_predictions(run_folder(args.out, key.rsplit("/", 1)[0], "select") / "plan" /
-                                            "manifest.json")  # fmt: skip
+        if key.endswith("/select") and ("plans" not in row or "noise" not in row):
+            row |= select_predictions(run_folder(args.out, key.rsplit("/", 1)[0], "select") / "plan" / "manifest.json")
     atomic.write_json(path, saved, indent=1)
     console.print(outcome_table(saved))
     (args.out / "real_world.md").write_text(markdown_summary(saved))
@@ -231,20 +242,28 @@ def markdown_summary(saved: dict) -> str:
             cells.append("" if row is None else f"{outcome(row)} ({row['seconds']:.0f} s)")
         best = saved.get(f"{model}/optimize") or {}
         ratio = f"{best['speedup']:.3f}" if best.get("speedup") else ""
-        noise = f"{100 * best['noise']:.1f}%" if best.get("noise") is not None else ""
+        select = saved.get(f"{model}/select") or {}
+        noise = (f"{100 * best['noise']:.1f}%" if best.get("noise") is not None else
+                 f"select {100 * select['noise']:.1f}%" if select.get("noise") is not None else "")  # fmt: skip
+        if select.get("calibration_noise") is not None:
+            noise += f" (calibration {100 * select['calibration_noise']:.1f}%)"
         within, priced, worst = predicted((saved.get(f"{model}/select") or {}).get("plans"))
         prediction = f"{within}/{priced} | {worst:.2f}" if worst is not None else " | "
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} | "
                      f"{prediction} |")  # fmt: skip
     plans = [row.get("plans") for key, row in saved.items() if key.endswith("/select")]
-    tally = {kind: [predicted(one, probed, single, by_round) for one in plans] for kind, probed, single, by_round in
-             (("all", None, None, False), ("single", None, True, False), ("others", None, False, False),
-              ("probed", True, False, False), ("unprobed", False, False, False),
-              ("others by round", None, False, True))}  # fmt: skip
+    tally = {kind: [predicted(one, probed, single, by_round, whole) for one in plans]
+             for kind, probed, single, by_round, whole in
+             (("all", None, None, False, None), ("single", None, True, False, None),
+              ("single whole", None, True, False, True), ("single falling back", None, True, False, False),
+              ("others", None, False, False, None), ("probed", True, False, False, None),
+              ("unprobed", False, False, False, None), ("others by round", None, False, True, None))}  # fmt: skip
     within, priced = ({kind: sum(c[index] for c in counts) for kind, counts in tally.items()} for index in (0, 1))
     lines += ["", f"The lookup table's predictions: {within['all']} of {priced['all']} plans that `select` measured "
               f"are within {PREDICTION_BAND:.0%} of their measurement: {within['single']} of {priced['single']} "
-              f"single-library plans (they set their library's speed), {within['others']} of {priced['others']} others "
+              f"single-library plans ({within['single whole']} of {priced['single whole']} of one segment, "
+              f"{within['single falling back']} of {priced['single falling back']} that fall back to ONNX Runtime "
+              f"in several), {within['others']} of {priced['others']} others "
               f"({within['probed']} of {priced['probed']} that the refining probe measured first, "
               f"{within['unprobed']} of {priced['unprobed']} it did not). Judged round by round instead (each round's "
               f"prediction at that round's library speeds, the median): {within['others by round']} of "
