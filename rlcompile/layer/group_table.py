@@ -149,7 +149,6 @@ class GroupedModel:
                                                       created)  # fmt: skip
         return self.engines[key]
 
-
     @functools.cached_property
     def kinds(self) -> dict[str, str]:
         """Each group's kind (:func:`~rlcompile.layer.groups.group_kind`), by group name."""

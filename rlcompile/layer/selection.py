@@ -619,10 +619,10 @@ def probe_candidates(candidates: list[Candidate]) -> list[Candidate]:
 
 
 def plan_drift(drift: Drift, problem: SelectionProblem, candidate: Candidate) -> float:
-    """How much slower ``candidate`` runs now than at the table's calibration: a single-library plan as its library
-    (that plan then and now is the library's drift), a mixed plan by its libraries' shares of its time."""
-    if candidate.single:
-        return drift.of(candidate.single[0])
+    """How much slower ``candidate`` runs now than at the table's calibration: by its libraries' shares of its time,
+    a plan of one library as that library. A single-library plan that falls back to ONNX Runtime for the groups its
+    library does not run is such a mix: on the slowed 2-core VM (select-predictions/25) OpenVINO's fall-back plans of
+    10-16 segments, half their groups in ORT, drifted as OpenVINO alone came out 1.18-1.24x their prediction."""
     return drift.of_plan(problem, problem.choices(candidate.assignment))
 
 

@@ -78,10 +78,13 @@ def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mix
     corrected.table.boundary_scales = {"a|b": 20.0}
     price_candidates(corrected, [single_b, mixed])
     assert single_b.predicted_ms == 7.5 and mixed.predicted_ms != 7.5
-    # "b" ran its plan 1.5x slower than at the calibration, "a" 3x: that plan drifts as "b", a mixed one by shares
+    # "b" runs 1.5x slower than at the calibration, "a" 3x: a plan drifts by its libraries' shares, "b"'s plan too
+    # where it falls back to "a"; a plan of "b" alone as "b"
     drift = Drift({"a": 3.0, "b": 1.5})
-    assert plan_drift(drift, calibrated, single_b) == pytest.approx(1.5)
+    assert plan_drift(drift, calibrated, single_b) == pytest.approx(plan_drift(drift, calibrated, mixed))
     assert 1.5 < plan_drift(drift, calibrated, mixed) < 3.0
+    only_b = Candidate(["b"], ["b", "b", "b"], 0.0)
+    assert plan_drift(drift, calibrated, only_b) == pytest.approx(1.5)
 
 
 def test_a_correction_reaches_every_group_of_the_kind_it_measured_timed_or_not():
