@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rlcompile.layer.fit import bounded_least_squares
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.table import LookupTable
 
@@ -24,6 +25,8 @@ from rlcompile.layer.table import LookupTable
 SEGMENT_FACTOR_RANGE = (0.25, 4.0)
 #: Corrections closer to 1 than this are within the probe's noise and not applied.
 SEGMENT_FACTOR_DEADBAND = 0.03
+#: How weakly each factor is held at 1 (:func:`solve_factors`): enough to decide what the segments leave open.
+SEGMENT_PRIOR = 1e-6
 
 
 @dataclass(frozen=True)
@@ -89,35 +92,58 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     """The factors on (group, library) prices that make the table predict each timed segment.
 
     ``plans``: each measured plan's assignment (a library per group) and its segments timed in context;
-    ``drift``: how much slower each library ran during that measurement than at the table's calibration. A
-    segment's factor is what its groups must cost for the segment to cost its measurement, the crossings
-    charged to it kept; a group in several timed segments of its library takes their geometric mean, and so does
-    every group of one kind (``notes["group_kinds"]``: a transformer's repeated layers), timed or not: a correction
-    that reached one layer and not its twin would let the solver alternate libraries between them on a difference
-    no measurement showed. Factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped. Returns
-    ``{group: {library: factor}}``.
+    ``drift``: how much slower each library ran during that measurement than at the table's calibration. Each
+    segment is one equation: its groups' prices times their factors, plus the crossings charged to it as they are,
+    make its measurement. One factor per kind of group and library (``notes["group_kinds"]``: a transformer's
+    repeated layers are one kind; without kinds each group is its own), so a correction reaches every layer of the
+    kind, timed or not: one that reached a layer and not its twin would let the solver alternate libraries between
+    them on a difference no measurement showed. The factors solve all the equations together, in relative terms
+    (bounded least squares, :data:`SEGMENT_FACTOR_RANGE`; weakly held at 1, in proportion to their weight, so the
+    groups of one segment that nothing else tells apart move alike): a kind that two plans time, in segments of
+    different sizes, takes what fits both. Averaging each segment's own factor instead let Q-learning's one-layer
+    segments move a kind that the exact optimum's segment of every layer had timed: hf:clip-vision's exact plan
+    then came out at 1.62x its prediction (select-predictions/25). Factors within :data:`SEGMENT_FACTOR_DEADBAND`
+    of 1 are dropped. Returns ``{group: {library: factor}}``.
     """
     kinds = problem.table.notes.get("group_kinds") or {}
     layers = problem.table.layers
     kind = [kinds.get(name, name) for name in layers]
-    collected: dict[tuple[str, str], list[float]] = {}
+    rows: list[tuple[dict[tuple[str, str], float], float, float]] = []  # (own ms by unknown, target ms, measured)
     for assignment, segments in plans:
         choices = problem.choices(assignment)
         for segment, (own, crossings) in zip(segments, segment_predictions(problem, choices, segments), strict=True):
-            if own <= 0 or not np.isfinite(segment.ms):
+            measured = segment.ms / drift.of(segment.library)
+            if own <= 0 or not np.isfinite(measured) or measured <= 0:
                 continue
-            factor = float(np.clip((segment.ms / drift.of(segment.library) - crossings) / own,
-                                   *SEGMENT_FACTOR_RANGE))
+            terms: dict[tuple[str, str], float] = {}
             for k in segment.groups:
-                collected.setdefault((kind[k], segment.library), []).append(factor)
+                key = (kind[k], segment.library)
+                terms[key] = terms.get(key, 0.0) + problem.options[k][choices[k]].ms
+            rows.append((terms, measured - crossings, measured))
+    fitted = solve_factors(rows)
     factors: dict[str, dict[str, float]] = {}
     for k, name in enumerate(layers):
         for library in problem.table.options[name]:
-            values = collected.get((kind[k], library))
-            factor = float(np.exp(np.mean(np.log(values)))) if values else 1.0
+            factor = fitted.get((kind[k], library), 1.0)
             if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
                 factors.setdefault(name, {})[library] = factor
     return factors
+
+
+def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, str], float], float, float]]) -> dict[tuple[str, str], float]:
+    """The factors x (by key) that best make ``sum(own[key] * x[key]) == target`` for every (own, target, measured)
+    row, each row's error relative to its measurement; within :data:`SEGMENT_FACTOR_RANGE`, held at 1 by a prior of
+    weight :data:`SEGMENT_PRIOR` times each factor's share of the rows."""
+    names = sorted({key for terms, _, _ in rows for key in terms})
+    if not names:
+        return {}
+    weights = np.array([1.0 / measured for _, _, measured in rows])
+    matrix = np.array([[terms.get(name, 0.0) for name in names] for terms, _, _ in rows]) * weights[:, None]
+    rhs = np.array([target for _, target, _ in rows]) * weights
+    held = np.sqrt(SEGMENT_PRIOR * matrix.sum(axis=0))
+    low, high = (np.full(len(names), bound) for bound in SEGMENT_FACTOR_RANGE)
+    solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held]), low, high)
+    return {name: float(value) for name, value in zip(names, solution, strict=True)}
 
 
 def apply_group_prices(problem: SelectionProblem, factors: dict[str, dict[str, float]]) -> SelectionProblem:
