@@ -133,6 +133,8 @@ class Candidate:
     probed: bool = False
     #: each segment's median milliseconds inside the plan's runs, when the probe timed them
     segment_ms: list[float] | None = None
+    #: each segment's library's drift during that probe (its milliseconds over this are at the table's speed)
+    segment_drift: list[float] | None = None
     #: the plan's block median in each round of the contest that measured it, by round number
     round_ms: dict[int, float] | None = None
 
@@ -569,7 +571,6 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     by then (past it, no round starts after the first :data:`~rlcompile.measure.contest.MIN_ROUNDS`).
     """
     progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
-    fresh = [c for c in candidates if not c.probed]
     timed = probe_candidates(candidates)
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
     settle = None
@@ -596,7 +597,10 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
         progress(Event("layer", f"the measured plans refit the table: {', '.join(sorted(moved))}"))
         apply_fit(problem.table, fit)
         problem = SelectionProblem(problem.table)
-    priced = price_in_context(problem, fresh, drift, progress)  # a plan's segments correct the prices once
+    for candidate in timed:
+        if candidate.segment_ms is not None:
+            candidate.segment_drift = [drift.of(item.segment.library) for item in candidate.engine.compiled]
+    priced = price_in_context(problem, candidates, progress)
     if priced:
         problem = apply_group_prices(problem, priced)
     if solve and (moved or recalibrated or priced):
@@ -640,18 +644,23 @@ def price_candidates(problem: SelectionProblem, candidates: list[Candidate]) -> 
         candidate.predicted_ms = priced_by.total(priced_by.choices(candidate.assignment))
 
 
-def price_in_context(problem: SelectionProblem, candidates: list[Candidate], drift: Drift,
+def price_in_context(problem: SelectionProblem, candidates: list[Candidate],
                      progress: Listener) -> dict[str, dict[str, float]]:  # fmt: skip
-    """The group prices the probe's segment clocks correct (:func:`~rlcompile.layer.in_context.fit_group_prices`),
-    over every plan of more than one segment it timed; said in an event."""
+    """The group prices the segment clocks correct (:func:`~rlcompile.layer.in_context.fit_group_prices`), over
+    every plan of more than one segment a probe timed, this probe or an earlier one (each segment at the table's
+    speed by its library's drift then): the prices now must fit them all, not the newest plans alone (a second
+    probe that fitted only the plans the first one led to re-priced OpenVINO's groups on hf:clip-vision from 21
+    segments of a few groups each, and the exact optimum, one OpenVINO segment over 62 groups that the first probe had
+    timed at 14.5 ms, was predicted at 9.0 ms for 14.6 measured); said in an event."""
     plans = []
     for candidate in candidates:
-        if candidate.segment_ms is None or candidate.segments < 2:
+        if candidate.segment_ms is None or candidate.segment_drift is None or candidate.segments < 2:
             continue  # a one-segment plan is the calibration's own measurement: its factor is the library's
-        segments = [TimedSegment(item.segment.library, tuple(item.segment.groups), ms)
-                    for item, ms in zip(candidate.engine.compiled, candidate.segment_ms, strict=True)]  # fmt: skip
+        segments = [TimedSegment(item.segment.library, tuple(item.segment.groups), ms / drift)
+                    for item, ms, drift in zip(candidate.engine.compiled, candidate.segment_ms,
+                                               candidate.segment_drift, strict=True)]  # fmt: skip
         plans.append((candidate.assignment, segments))
-    factors = fit_group_prices(problem, plans, drift)
+    factors = fit_group_prices(problem, plans)
     if factors:
         values = [factor for by_library in factors.values() for factor in by_library.values()]
         progress(Event("layer", f"{len(values)} group price(s) corrected by the segments timed in {len(plans)} "

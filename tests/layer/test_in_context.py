@@ -145,3 +145,28 @@ def test_the_engine_clocks_each_segment_inside_the_plans_run():
         outputs = engine.run(grouped.feeds, clock)
     assert all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(expected, outputs, strict=True))
     assert [len(seconds) for seconds in clock] == [3, 3] and all(s > 0 for seconds in clock for s in seconds)
+
+
+def test_every_plan_a_probe_timed_is_refitted_each_at_its_own_probes_speed():
+    """A second probe refits the prices to the plans the first one timed as well as to its own (the newest plans
+    alone had re-priced a kind the first probe's plans had timed), each plan's segments at the table's speed by the
+    drift of the probe that timed them."""
+    from types import SimpleNamespace
+
+    from rlcompile.events import ignore
+    from rlcompile.layer.selection import Candidate, price_in_context
+
+    def timed(assignment: list[str], segments: list[TimedSegment], drift: float) -> Candidate:
+        compiled = [SimpleNamespace(segment=SimpleNamespace(library=s.library, groups=list(s.groups)))
+                    for s in segments]  # fmt: skip
+        return Candidate(["plan"], assignment, 0.0, engine=SimpleNamespace(compiled=compiled),
+                         segment_ms=[drift * s.ms for s in segments], segment_drift=[drift] * len(segments))  # fmt: skip
+
+    problem = SelectionProblem(chain_table())
+    first = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 0.5 * 3 + 0.5 * 1 + 0.15)]
+    second = [TimedSegment("a", (0, 1), 2.05), TimedSegment("b", (2,), 0.5 + 0.15)]
+    earlier = timed(["a", "b", "b"], first, drift=2.0)  # the first probe, the machine at half speed
+    newer = timed(["a", "a", "b"], second, drift=1.0)
+    factors = price_in_context(problem, [earlier, newer], ignore)
+    assert factors == fit_group_prices(problem, [(earlier.assignment, first), (newer.assignment, second)])
+    assert factors == {"g2": {"b": pytest.approx(3.0, rel=1e-4)}}
