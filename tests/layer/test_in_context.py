@@ -160,7 +160,8 @@ def test_every_plan_a_probe_timed_is_refitted_each_at_its_own_probes_speed():
         compiled = [SimpleNamespace(segment=SimpleNamespace(library=s.library, groups=list(s.groups)))
                     for s in segments]  # fmt: skip
         return Candidate(["plan"], assignment, 0.0, engine=SimpleNamespace(compiled=compiled),
-                         segment_ms=[drift * s.ms for s in segments], segment_drift=[drift] * len(segments))  # fmt: skip
+                         segment_ms=[drift * s.ms for s in segments],
+                         segment_drift=[drift] * len(segments))  # fmt: skip
 
     problem = SelectionProblem(chain_table())
     first = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 0.5 * 3 + 0.5 * 1 + 0.15)]
