@@ -117,8 +117,9 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
                 continue
             terms: dict[tuple[str, str], float] = {}
             for k in segment.groups:
-                key = (kind[k], segment.library)
-                terms[key] = terms.get(key, 0.0) + problem.options[k][choices[k]].ms
+                if (ms := problem.options[k][choices[k]].ms) > 0:  # a free group has nothing to scale
+                    key = (kind[k], segment.library)
+                    terms[key] = terms.get(key, 0.0) + ms
             rows.append((terms, measured - crossings, measured))
     fitted = solve_factors(rows)
     factors: dict[str, dict[str, float]] = {}
