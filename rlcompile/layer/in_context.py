@@ -5,8 +5,9 @@ The table prices a fusion group in a library from its standalone time, scaled by
 solver picks is where those estimates are most wrong in its favour (the optimiser's curse): a group the table
 prices too cheaply in a library attracts the plan. The refining probe therefore times every segment of the
 plans it runs, inside those runs (:meth:`~rlcompile.layer.segments.SegmentEngine.run` with a clock), and
-corrects the prices of exactly the groups those segments hold, in exactly the library that ran them: a
-segment that took twice what the table says makes its groups twice as dear, the boundaries left as fitted.
+corrects the prices of the groups those segments hold (and of every group of their kinds), in exactly the library
+that ran them: a segment that took twice what the table says makes its groups twice as dear, the boundaries left
+as fitted; the segments of every probe are fitted together (:func:`fit_group_prices`).
 The plans solved on the corrected table then stand or fall by the final measurement, side by side.
 """
 
@@ -100,10 +101,9 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     them on a difference no measurement showed. The factors solve all the equations together, in relative terms
     (bounded least squares, :data:`SEGMENT_FACTOR_RANGE`; weakly held at 1, in proportion to their weight, so the
     groups of one segment that nothing else tells apart move alike): a kind that two plans time, in segments of
-    different sizes, takes what fits both. Averaging each segment's own factor instead let Q-learning's one-layer
-    segments move a kind that the exact optimum's segment of every layer had timed: hf:clip-vision's exact plan
-    then came out at 1.62x its prediction (select-predictions/25). Factors within :data:`SEGMENT_FACTOR_DEADBAND`
-    of 1 are dropped. Returns ``{group: {library: factor}}``.
+    different sizes, takes what fits both (each segment's own factor, averaged per group, fitted none of them
+    exactly once groups shared factors by kind). Factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped.
+    Returns ``{group: {library: factor}}``.
     """
     kinds = problem.table.notes.get("group_kinds") or {}
     layers = problem.table.layers
