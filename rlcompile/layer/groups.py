@@ -158,8 +158,9 @@ def group_kind(proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> str:
     tokens = {value.name: f"in:{np.asarray(array).dtype}{np.asarray(array).shape}"
               for value, array in zip(graph.input, inputs, strict=True)}  # fmt: skip
     for init in graph.initializer:
-        array = onnx.numpy_helper.to_array(init)
-        value = array.tobytes().hex() if array.dtype.kind in "iub" and array.size <= SMALL_CONSTANT else ""
+        small = int(np.prod(init.dims)) <= SMALL_CONSTANT
+        integer = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).kind in "iub"
+        value = onnx.numpy_helper.to_array(init).tobytes().hex() if small and integer else ""
         tokens[init.name] = f"c:{init.data_type}{tuple(init.dims)}{value}"
     for node in graph.node:
         digest = hashlib.blake2b(digest_size=12)
