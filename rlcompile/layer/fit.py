@@ -18,7 +18,7 @@ fixed at the bound and the others fitted again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,13 +103,10 @@ def fit_plans(table: LookupTable, plans: Sequence[tuple[SelectionProblem, Sequen
             groups = {}
         rows.append(({f"lib:{name}": ms for name, ms in groups.items() if ms > 0}
                      | {f"pair:{pair}": ms for pair, ms in crossings.items() if ms > 0}, measured - rest, measured))
-    names = sorted({name for terms, _, _ in rows for name in terms})
+    names, matrix, rhs = relative_system(rows)
     if not names:
         return PlanFit()
     current, low, high = np.array([bounds(table, name, cumulative) for name in names]).T
-    weights = np.array([1 / measured for _, _, measured in rows])
-    matrix = np.array([[terms.get(name, 0.0) for name in names] for terms, _, _ in rows]) * weights[:, None]
-    rhs = np.array([left for _, left, _ in rows]) * weights
     held = np.sqrt(PRIOR) * np.sqrt((matrix**2).mean(axis=0))
     solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held * current]),
                                      low, high)  # fmt: skip
@@ -128,6 +125,17 @@ def bounds(table: LookupTable, name: str, cumulative: dict[str, float]) -> tuple
         before = cumulative.get(key, 1.0)
         return 1.0, FACTOR_RANGE[0] / before, FACTOR_RANGE[1] / before
     return table.boundary_scale(key), *BOUNDARY_SCALE_RANGE
+
+
+def relative_system(rows: Sequence[tuple[Mapping[Hashable, float], float, float]],
+                    ) -> tuple[list, np.ndarray, np.ndarray]:  # fmt: skip
+    """The unknowns (sorted) and the equations ``matrix @ x = rhs`` of ``rows``: each (terms: milliseconds by
+    unknown, target milliseconds, measured milliseconds) one equation ``sum(terms[u] * x[u]) = target``, divided by
+    the measurement so that every row's error counts relative to it."""
+    names = sorted({name for terms, _, _ in rows for name in terms})
+    weights = np.array([1 / measured for _, _, measured in rows])
+    matrix = np.array([[terms.get(name, 0.0) for name in names] for terms, _, _ in rows]).reshape(len(rows), len(names))
+    return names, matrix * weights[:, None], np.array([target for _, target, _ in rows]) * weights
 
 
 def bounded_least_squares(matrix: np.ndarray, rhs: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:

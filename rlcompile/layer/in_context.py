@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rlcompile.layer.fit import bounded_least_squares
+from rlcompile.layer.fit import bounded_least_squares, relative_system
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.table import LookupTable
 
@@ -135,12 +135,9 @@ def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, str], float], float, f
     """The factors x (by key) that best make ``sum(own[key] * x[key]) == target`` for every (own, target, measured)
     row, each row's error relative to its measurement; within :data:`SEGMENT_FACTOR_RANGE`, held at 1 by a prior of
     weight :data:`SEGMENT_PRIOR` times each factor's share of the rows."""
-    names = sorted({key for terms, _, _ in rows for key in terms})
+    names, matrix, rhs = relative_system(rows)
     if not names:
         return {}
-    weights = np.array([1.0 / measured for _, _, measured in rows])
-    matrix = np.array([[terms.get(name, 0.0) for name in names] for terms, _, _ in rows]) * weights[:, None]
-    rhs = np.array([target for _, target, _ in rows]) * weights
     held = np.sqrt(SEGMENT_PRIOR * matrix.sum(axis=0))
     low, high = (np.full(len(names), bound) for bound in SEGMENT_FACTOR_RANGE)
     solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held]), low, high)
