@@ -14,7 +14,9 @@ twins' spread |twin / original - 1| is the noise the contest would report. Varia
 * ``quick``: ``--quick``'s blocks (``spread_over(QUICK, 5)``, 0.04 s), 5 rounds: what a contest gave before
   contests settled;
 * ``settled``: ``quick`` blocks, settling (:data:`rlcompile.measure.SETTLE`: batches of 5 rounds while the twins
-  differ by more than 2%, at most 4 batches), as decisions are timed now.
+  differ by more than 2%, at most 4 batches), as decisions are timed now;
+* ``fine``: 25 rounds of the shortest blocks (one warm-up call, two timed calls): the turns change faster than a
+  shared machine's slow spells, so every contender meets them in the same share.
 
 Each result also records the rounds and seconds its contest took. ``--pause S`` waits S seconds between repeats:
 the columns "ort across" and "ov/ort across" then say how far one library's speed, and the two libraries' ratio,
@@ -40,12 +42,15 @@ from rich.table import Table
 
 from rlcompile import atomic, runtimes
 from rlcompile.machine import environment
-from rlcompile.measure import DEFAULT, QUICK, SETTLE, Contender, run_contest, spread_over
+from rlcompile.measure import DEFAULT, QUICK, SETTLE, Contender, MeasureConfig, run_contest, spread_over
 from rlcompile.models import corpus, load_model
 from rlcompile.runtimes import RuntimeOptions
 
 console = Console(width=160)
-VARIANTS = ("default", "long-blocks", "quiet", "quick", "settled")
+VARIANTS = ("default", "long-blocks", "quiet", "quick", "settled", "fine")
+#: the ``fine`` variant's blocks and rounds
+FINE = MeasureConfig(warmup=1, min_repeats=2, min_time_s=0.0, max_time_s=5.0, floor_repeats=1)
+FINE_ROUNDS = 25
 
 
 def contenders(model, feeds: dict, threads: int, variant: str) -> list[Contender]:
@@ -68,12 +73,15 @@ def spreads(model_name: str, threads: int, variant: str, repeats: int, pause_s: 
     timing = spread_over(QUICK if variant in ("quick", "settled") else DEFAULT, 5)
     if variant == "long-blocks":
         timing = replace(timing, min_time_s=0.7)
+    rounds = FINE_ROUNDS if variant == "fine" else 5
+    if variant == "fine":
+        timing = FINE
     results = []
     for repeat in range(repeats):
         if repeat:
             time.sleep(pause_s)
         started = time.monotonic()
-        standings = run_contest(contenders(model, feeds, threads, variant), timing, rounds=5,
+        standings = run_contest(contenders(model, feeds, threads, variant), timing, rounds=rounds,
                                 settle=SETTLE if variant == "settled" else None)  # fmt: skip
         medians = {label: stats.median_ms for label, stats in standings.stats.items()}
         results.append({"ort": abs(medians["ort twin"] / medians["ort"] - 1),

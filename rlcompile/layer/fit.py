@@ -18,7 +18,7 @@ fixed at the bound and the others fitted again.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,12 +53,16 @@ class PlanFit:
     boundary_scales: dict[str, float] = field(default_factory=dict)
 
 
-def library_boundaries(problem: SelectionProblem, choices: Sequence[int]) -> dict[str, float]:
+def library_boundaries(problem: SelectionProblem, choices: Sequence[int],
+                       consumers: Collection[int] | None = None) -> dict[str, float]:  # fmt: skip
     """The plan's boundary costs between two libraries (not to or from the caller), per pair of libraries
-    (:func:`~rlcompile.layer.table.pair_key`), as measured standalone (before the learned factors)."""
+    (:func:`~rlcompile.layer.table.pair_key`), as measured standalone (before the learned factors); ``consumers``:
+    only the crossings into these groups (a segment's)."""
     table = problem.table
     totals: dict[str, float] = {}
     for consumer, edges in enumerate(problem.incoming):
+        if consumers is not None and consumer not in consumers:
+            continue
         target = problem.options[consumer][choices[consumer]].layout
         for edge in edges:
             source = problem.options[edge.producer][choices[edge.producer]].layout if edge.producer >= 0 else None

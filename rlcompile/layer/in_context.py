@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rlcompile.layer.fit import bounded_least_squares, relative_system
+from rlcompile.layer.fit import BOUNDARY_SCALE_RANGE, bounded_least_squares, library_boundaries, relative_system
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.table import LookupTable
 
@@ -88,71 +88,112 @@ def segment_predictions(problem: SelectionProblem, choices: Sequence[int],
     return result
 
 
+@dataclass(frozen=True)
+class SegmentFit:
+    """What the segment clocks correct: factors on (group, library) prices, ``{group: {library: factor}}``, and the
+    crossing factors of the pairs of libraries the segments received values across, ``{pair: new factor}``
+    (:meth:`~rlcompile.layer.table.LookupTable.boundary_scale`)."""
+
+    group_factors: dict[str, dict[str, float]] = field(default_factory=dict)
+    boundary_scales: dict[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.group_factors or self.boundary_scales)
+
+
 def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[str], Sequence[TimedSegment]]],
-                     drift: Drift = Drift()) -> dict[str, dict[str, float]]:  # fmt: skip
-    """The factors on (group, library) prices that make the table predict each timed segment.
+                     drift: Drift = Drift()) -> SegmentFit:  # fmt: skip
+    """The factors on (group, library) prices and on the crossings between libraries that make the table predict
+    each timed segment.
 
     ``plans``: each measured plan's assignment (a library per group) and its segments timed in context;
     ``drift``: how much slower each library ran during that measurement than at the table's calibration. Each
-    segment is one equation: its groups' prices times their factors, plus the crossings charged to it as they are,
+    segment is one equation: its groups' prices times their factors, plus the crossings it receives from another
+    library (standalone estimates) times their pair's factor, plus its crossings to and from the caller as they are,
     make its measurement. One factor per kind of group and library (``notes["group_kinds"]``: a transformer's
     repeated layers are one kind; without kinds each group is its own), so a correction reaches every layer of the
     kind, timed or not: one that reached a layer and not its twin would let the solver alternate libraries between
     them on a difference no measurement showed. The factors solve all the equations together, in relative terms
-    (bounded least squares, :data:`SEGMENT_FACTOR_RANGE`; weakly held at 1, in proportion to their weight, so the
-    groups of one segment that nothing else tells apart move alike): a kind that two plans time, in segments of
-    different sizes, takes what fits both (each segment's own factor, averaged per group, fitted none of them
-    exactly once groups shared factors by kind). Factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1 are dropped.
-    Returns ``{group: {library: factor}}``.
+    (bounded least squares, :data:`SEGMENT_FACTOR_RANGE`, the pairs' :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`;
+    weakly held at their current values, in proportion to their weight, so what nothing tells apart moves alike): a
+    kind that two plans time, in segments of different sizes, takes what fits both, and a crossing is priced by the
+    segments that receive it, a segment of a few cheap groups behind several crossings pricing little but them.
+
+    Why the crossings here too: fitted on whole plans, one factor per pair took what the plans' group prices got
+    wrong. On hf:deit (2-core VM, ``select --budget 60s``) the whole-plan fit set ORT/OpenVINO crossings at 6.5x
+    their standalone estimate; the clocks of the plan that crossed there put an OpenVINO segment of three groups
+    (0.03 ms) at 1.56 ms for 9.4 ms of crossings predicted, its long OpenVINO segment 0.69x its prices.
+    Group factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1, and pair factors within it of their current value,
+    are dropped.
     """
     kinds = problem.table.notes.get("group_kinds") or {}
     layers = problem.table.layers
     kind = [kinds.get(name, name) for name in layers]
-    rows: list[tuple[dict[tuple[str, str], float], float, float]] = []  # (own ms by unknown, target ms, measured)
+    table = problem.table
+    rows: list[tuple[dict[tuple[str, ...], float], float, float]] = []  # (ms by unknown, target ms, measured)
     for assignment, segments in plans:
         choices = problem.choices(assignment)
-        for segment, (own, crossings) in zip(segments, segment_predictions(problem, choices, segments), strict=True):
+        for segment, (_, crossings) in zip(segments, segment_predictions(problem, choices, segments), strict=True):
             measured = segment.ms / drift.of(segment.library)
-            if own <= 0 or not np.isfinite(measured) or measured <= 0:
+            if not np.isfinite(measured) or measured <= 0:
                 continue
-            terms: dict[tuple[str, str], float] = {}
+            terms: dict[tuple[str, ...], float] = {}
             for k in segment.groups:
                 if (ms := problem.options[k][choices[k]].ms) > 0:  # a free group has nothing to scale
                     key = (kind[k], segment.library)
                     terms[key] = terms.get(key, 0.0) + ms
-            rows.append((terms, measured - crossings, measured))
-    fitted = solve_factors(rows)
+            pairs = library_boundaries(problem, choices, set(segment.groups))
+            caller = crossings - sum(table.boundary_scale(pair) * ms for pair, ms in pairs.items())
+            terms |= {(PAIR, pair): ms for pair, ms in pairs.items() if ms > 0}
+            if terms:
+                rows.append((terms, measured - caller, measured))
+    current = {(PAIR, pair): table.boundary_scale(pair) for terms, _, _ in rows for (tag, pair) in terms
+               if tag == PAIR}  # fmt: skip
+    fitted = solve_factors(rows, current)
     factors: dict[str, dict[str, float]] = {}
     for k, name in enumerate(layers):
-        for library in problem.table.options[name]:
+        for library in table.options[name]:
             factor = fitted.get((kind[k], library), 1.0)
             if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
                 factors.setdefault(name, {})[library] = factor
-    return factors
+    scales = {pair: fitted[(tag, pair)] for (tag, pair), before in current.items()
+              if abs(fitted[(tag, pair)] / before - 1) > SEGMENT_FACTOR_DEADBAND}  # fmt: skip
+    return SegmentFit(factors, scales)
 
 
-def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, str], float], float, float]]) -> dict[tuple[str, str], float]:
-    """The factors x (by key) that best make ``sum(own[key] * x[key]) == target`` for every (own, target, measured)
-    row, each row's error relative to its measurement; within :data:`SEGMENT_FACTOR_RANGE`, held at 1 by a prior of
-    weight :data:`SEGMENT_PRIOR` times each factor's share of the rows."""
+#: The tag of a pair's crossing factor among :func:`fit_group_prices`' unknowns (the others are (kind, library)).
+PAIR = "|pair|"
+
+
+def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, float]],
+                  current: Mapping[tuple[str, ...], float] | None = None) -> dict[tuple[str, ...], float]:  # fmt: skip
+    """The factors x (by key) that best make ``sum(terms[key] * x[key]) == target`` for every (terms, target,
+    measured) row, each row's error relative to its measurement; each held at its ``current`` value (1 when it has
+    none) by a prior of weight :data:`SEGMENT_PRIOR` times its share of the rows, within
+    :data:`SEGMENT_FACTOR_RANGE` (a pair's crossing factor, keyed ``(PAIR, pair)``: within
+    :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`)."""
+    current = current or {}
     names, matrix, rhs = relative_system(rows)
     if not names:
         return {}
     held = np.sqrt(SEGMENT_PRIOR * matrix.sum(axis=0))
-    low, high = (np.full(len(names), bound) for bound in SEGMENT_FACTOR_RANGE)
-    solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held]), low, high)
+    start = np.array([current.get(name, 1.0) for name in names])
+    ranges = np.array([BOUNDARY_SCALE_RANGE if name[0] == PAIR else SEGMENT_FACTOR_RANGE for name in names])
+    solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held * start]),
+                                     ranges[:, 0], ranges[:, 1])  # fmt: skip
     return {name: float(value) for name, value in zip(names, solution, strict=True)}
 
 
-def apply_group_prices(problem: SelectionProblem, factors: dict[str, dict[str, float]]) -> SelectionProblem:
-    """Scale the table's prices by ``factors`` (recorded, cumulated, in ``notes["segment_factors"]``); the
-    problem on the corrected table."""
+def apply_group_prices(problem: SelectionProblem, fit: SegmentFit) -> SelectionProblem:
+    """Scale the table's prices by ``fit``'s group factors (recorded, cumulated, in ``notes["segment_factors"]``)
+    and set its crossing factors; the problem on the corrected table."""
     table = problem.table
     record = table.notes.setdefault("segment_factors", {})
-    for group, by_library in factors.items():
+    for group, by_library in fit.group_factors.items():
         for library, factor in by_library.items():
             table.options[group][library] *= factor
             record.setdefault(group, {})[library] = record.get(group, {}).get(library, 1.0) * factor
+    table.boundary_scales = dict(table.boundary_scales) | fit.boundary_scales
     return SelectionProblem(table)
 
 

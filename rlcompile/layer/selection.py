@@ -38,6 +38,7 @@ from rlcompile.layer.group_table import (
 )
 from rlcompile.layer.in_context import (
     Drift,
+    SegmentFit,
     TimedSegment,
     apply_group_prices,
     fit_group_prices,
@@ -645,7 +646,7 @@ def price_candidates(problem: SelectionProblem, candidates: list[Candidate]) -> 
 
 
 def price_in_context(problem: SelectionProblem, candidates: list[Candidate],
-                     progress: Listener) -> dict[str, dict[str, float]]:  # fmt: skip
+                     progress: Listener) -> SegmentFit:  # fmt: skip
     """The group prices the segment clocks correct (:func:`~rlcompile.layer.in_context.fit_group_prices`), over
     every plan of more than one segment a probe timed, this probe or an earlier one (each segment at the table's
     speed by its library's drift then): the prices now must fit them all, not the newest plans alone (a second
@@ -660,12 +661,16 @@ def price_in_context(problem: SelectionProblem, candidates: list[Candidate],
                     for item, ms, drift in zip(candidate.engine.compiled, candidate.segment_ms,
                                                candidate.segment_drift, strict=True)]  # fmt: skip
         plans.append((candidate.assignment, segments))
-    factors = fit_group_prices(problem, plans)
-    if factors:
-        values = [factor for by_library in factors.values() for factor in by_library.values()]
+    fit = fit_group_prices(problem, plans)
+    values = [factor for by_library in fit.group_factors.values() for factor in by_library.values()]
+    if values:
         progress(Event("layer", f"{len(values)} group price(s) corrected by the segments timed in {len(plans)} "
                                 f"plan(s): x{min(values):.2f}-x{max(values):.2f} the table's estimate"))  # fmt: skip
-    return factors
+    if fit.boundary_scales:
+        pairs = ", ".join(f"x{scale:.2f} the standalone estimate between {pair.replace('|', ' and ')}"
+                          for pair, scale in sorted(fit.boundary_scales.items()))  # fmt: skip
+        progress(Event("layer", f"the segments' crossings refit the table: {pairs}"))
+    return fit
 
 
 def gauge_calls(natives: Mapping[str, Callable[[], object]]) -> dict[str, Callable[[], object]]:

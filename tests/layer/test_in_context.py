@@ -8,6 +8,7 @@ import pytest
 from rlcompile.layer.group_table import group_model
 from rlcompile.layer.in_context import (
     Drift,
+    SegmentFit,
     TimedSegment,
     apply_group_prices,
     fit_group_prices,
@@ -46,17 +47,38 @@ def test_a_segment_slower_in_context_makes_exactly_its_groups_dearer_and_the_sol
     problem = SelectionProblem(chain_table())
     plan = ["a", "b", "b"]
     assert problem.names(exact(problem).plan) == {"g1": "a", "g2": "b", "g3": "b"}  # the table's pick
-    # measured in the plan's runs: the "a" segment as the table says, the "b" one at 2.2 ms (its groups 2.0 ms)
+    # measured in the plan's runs: the "a" segment as the table says, the "b" one at 2.15 ms for 1.15 predicted
     timed = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 2.0 + 0.15)]
-    factors = fit_group_prices(problem, [(plan, timed)])
-    assert factors == {"g2": {"b": pytest.approx(2.0, rel=1e-4)}, "g3": {"b": pytest.approx(2.0, rel=1e-4)}}
-    corrected = apply_group_prices(problem, factors)
+    fit = fit_group_prices(problem, [(plan, timed)])
+    assert set(fit.group_factors) == {"g2", "g3"} and set(fit.boundary_scales) == {"a|b"}
+    assert all(by_library["b"] > 1.5 for by_library in fit.group_factors.values())
+    corrected = apply_group_prices(problem, fit)
     assert corrected.total(corrected.choices(plan)) == pytest.approx(sum(segment.ms for segment in timed), rel=1e-4)
     assert corrected.table.options["g1"] == {"a": 1.0, "b": 2.0}  # a group no segment held keeps its price
-    assert corrected.table.notes["segment_factors"] == factors
+    assert corrected.table.notes["segment_factors"] == fit.group_factors
+    assert corrected.table.boundary_scales == fit.boundary_scales
     assert corrected.names(exact(corrected).plan) == {"g1": "a", "g2": "a", "g3": "a"}
     # a plan of "b" throughout runs the model whole, as the calibration measured it: its prices are not corrected
     assert whole_model_prices(corrected.table).options == chain_table().options
+
+
+def test_the_segments_that_receive_a_crossing_price_it_apart_from_their_groups():
+    """A segment of one cheap group behind a crossing, beside a segment of two such groups behind the same crossing,
+    tells the crossing's cost from the groups' (the whole-plan fit had put what the groups' prices got wrong into
+    the crossings' factor): crossings between "a" and "b" take 5x their standalone estimate, the layer 2x its price
+    in "b", and each plan is predicted."""
+    table = chain_table()
+    table.notes["group_kinds"] = {"g1": "first", "g2": "layer", "g3": "layer"}
+    problem = SelectionProblem(table)
+    both = (["a", "b", "b"], [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 2 * 0.5 * 2 + 5 * 0.1 + 0.05)])
+    one = (["a", "b", "a"], [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1,), 0.5 * 2 + 5 * 0.1),
+                             TimedSegment("a", (2,), 1.0 + 5 * 0.1 + 0.05)])  # fmt: skip
+    fit = fit_group_prices(problem, [both, one])
+    assert fit.boundary_scales == {"a|b": pytest.approx(5.0, rel=1e-3)}
+    assert fit.group_factors == {"g2": {"b": pytest.approx(2.0, rel=1e-3)}, "g3": {"b": pytest.approx(2.0, rel=1e-3)}}
+    corrected = apply_group_prices(problem, fit)
+    for assignment, timed in (both, one):
+        assert corrected.total(corrected.choices(assignment)) == pytest.approx(sum(s.ms for s in timed), rel=1e-3)
 
 
 def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mixed_plan_in_context():
@@ -65,7 +87,7 @@ def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mix
     from rlcompile.layer.selection import Candidate, plan_drift, price_candidates
 
     problem = SelectionProblem(chain_table())
-    corrected = apply_group_prices(problem, {"g1": {"a": 3.0}, "g2": {"b": 2.0}})
+    corrected = apply_group_prices(problem, SegmentFit({"g1": {"a": 3.0}, "g2": {"b": 2.0}}))
     single_b = Candidate(["single:b"], ["a", "b", "b"], 0.0, single=["b"])  # "b" cannot run g1: "a" runs it
     mixed = Candidate(["exact"], ["a", "b", "b"], 0.0)
     price_candidates(corrected, [single_b, mixed])
@@ -95,26 +117,26 @@ def test_a_correction_reaches_every_group_of_the_kind_it_measured_timed_or_not()
     problem = SelectionProblem(table)
     plan = ["a", "b", "a"]
     timed = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1,), 2 * 0.5 + 0.1), TimedSegment("a", (2,), 1.15)]
-    factors = fit_group_prices(problem, [(plan, timed)])
-    assert factors == {"g2": {"b": pytest.approx(2.0, rel=1e-4)}, "g3": {"b": pytest.approx(2.0, rel=1e-4)}}
-    alone = fit_group_prices(SelectionProblem(chain_table()), [(plan, timed)])
-    assert alone == {"g2": {"b": pytest.approx(2.0, rel=1e-4)}}
+    factors = fit_group_prices(problem, [(plan, timed)]).group_factors
+    assert factors["g3"]["b"] == pytest.approx(factors["g2"]["b"]) and factors["g2"]["b"] > 1.5
+    alone = fit_group_prices(SelectionProblem(chain_table()), [(plan, timed)]).group_factors
+    assert alone["g2"]["b"] > 1.5 and "b" not in alone.get("g3", {})
 
 
 def test_the_machines_drift_is_not_taken_for_a_price_and_two_plans_are_solved_together():
     problem = SelectionProblem(chain_table())
     plan = ["a", "b", "b"]
     slower = [TimedSegment("a", (0,), 2 * 1.05), TimedSegment("b", (1, 2), 2 * 1.15)]  # the whole machine at half speed
-    assert fit_group_prices(problem, [(plan, slower)], drift=Drift(default=2.0)) == {}
+    assert not fit_group_prices(problem, [(plan, slower)], drift=Drift(default=2.0))
     # g2 costs 3x its price in "b" and g3 what the table says: the first plan's "b" segment (both) took 2x, the
     # second's (g3 alone) 1x. Solved together, each group gets its own; averaging each segment's factor gave g2 2x
     # and g3 1.41x, and predicted neither plan
     first = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 0.5 * 3 + 0.5 * 1 + 0.15)]
     other = ["a", "a", "b"]
     second = [TimedSegment("a", (0, 1), 2.05), TimedSegment("b", (2,), 0.5 + 0.15)]
-    factors = fit_group_prices(problem, [(plan, first), (other, second)])
-    assert factors == {"g2": {"b": pytest.approx(3.0, rel=1e-4)}}
-    corrected = apply_group_prices(problem, factors)
+    fit = fit_group_prices(problem, [(plan, first), (other, second)])
+    assert fit.group_factors == {"g2": {"b": pytest.approx(3.0, rel=1e-4)}} and not fit.boundary_scales
+    corrected = apply_group_prices(problem, fit)
     for assignment, timed in ((plan, first), (other, second)):
         assert corrected.total(corrected.choices(assignment)) == pytest.approx(sum(s.ms for s in timed), rel=1e-4)
 
@@ -127,7 +149,7 @@ def test_each_library_keeps_its_own_drift_and_a_plan_drifts_by_its_share_of_each
     assert drift.to_dict() == {"default": 1.5, "a": 2.0, "b": 1.0}
     assert drift.of("c") == 1.5  # measured then but not now: the default
     timed = [TimedSegment("a", (0,), 2 * 1.05), TimedSegment("b", (1, 2), 1.15)]
-    assert fit_group_prices(problem, [(plan, timed)], drift) == {}
+    assert not fit_group_prices(problem, [(plan, timed)], drift)
     steps = problem.step_costs(problem.choices(plan))  # a: 1.05 ms, b: 1.15 ms
     assert drift.of_plan(problem, problem.choices(plan)) == pytest.approx((2 * steps[0] + sum(steps[1:])) / sum(steps))
     assert drift.of_plan(problem, problem.choices(["b", "b", "b"])) == pytest.approx(1.0)
@@ -170,4 +192,4 @@ def test_every_plan_a_probe_timed_is_refitted_each_at_its_own_probes_speed():
     newer = timed(["a", "a", "b"], second, drift=1.0)
     factors = price_in_context(problem, [earlier, newer], ignore)
     assert factors == fit_group_prices(problem, [(earlier.assignment, first), (newer.assignment, second)])
-    assert factors == {"g2": {"b": pytest.approx(3.0, rel=1e-4)}}
+    assert factors.group_factors == {"g2": {"b": pytest.approx(3.0, rel=1e-4)}}
