@@ -6,8 +6,9 @@ solver picks is where those estimates are most wrong in its favour (the optimise
 prices too cheaply in a library attracts the plan. The refining probe therefore times every segment of the
 plans it runs, inside those runs (:meth:`~rlcompile.layer.segments.SegmentEngine.run` with a clock), and
 corrects the prices of the groups those segments hold (and of every group of their kinds), in exactly the library
-that ran them: a segment that took twice what the table says makes its groups twice as dear, the boundaries left
-as fitted; the segments of every probe are fitted together (:func:`fit_group_prices`).
+that ran them, and the factors of the crossings between libraries they received: a segment that took twice what the
+table says makes its groups (or the crossings into it) dearer; the segments of every probe are fitted together
+(:func:`fit_group_prices`).
 The plans solved on the corrected table then stand or fall by the final measurement, side by side.
 """
 

@@ -364,6 +364,35 @@ def test_a_plan_that_is_its_librarys_native_run_and_that_native_run_are_one_meas
     assert table.notes["twin_noise"] == {"ort": pytest.approx(5.0 / 9.0)}
 
 
+def test_a_probe_pools_its_measurement_of_a_fall_back_plan_with_the_calibrations_at_the_calibrations_speed():
+    """A single-library plan that falls back to ONNX Runtime is a quantity of its own, not its native run's twin:
+    each probe's measurement joins the calibration's (geometric mean), taken to the calibration's speed by its
+    library's native run (ORT native's for a library without one); a plan that runs the model whole stays."""
+    from types import SimpleNamespace
+
+    from rlcompile.layer.selection import pool_fall_backs
+    from rlcompile.layer.table import LookupTable
+
+    whole = object()
+    notes = {"single_library_ms": {"torch": 10.0, "openvino": 8.0, "ort": 5.0}, "ort_native_ms": 5.0,
+             "native_ms": {"ort": 5.0, "openvino": 4.0}}  # fmt: skip
+    table = LookupTable("toy", [], {}, {}, [], {}, notes=notes)
+    engine = SimpleNamespace(runs_whole=lambda proto: False)  # several segments
+    falls_back = [Candidate(["single:torch"], ["torch", "ort"], 0.0, single=["torch"], measured=summarize([18.0]),
+                            engine=engine),
+                  Candidate(["single:openvino"], ["openvino", "ort"], 0.0, single=["openvino"],
+                            measured=summarize([12.0]), engine=engine)]  # fmt: skip
+    one_segment = Candidate(["single:ort"], ["ort", "ort"], 0.0, single=["ort"], measured=summarize([7.0]),
+                            engine=SimpleNamespace(runs_whole=lambda proto: proto is whole))  # fmt: skip
+    # ORT native ran 1.5x slower than at the calibration, OpenVINO native 2x: torch's plan goes by ORT's
+    pool_fall_backs(table, [*falls_back, one_segment], {"ort": 7.5, "openvino": 8.0}, whole)
+    assert table.notes["single_library_ms"] == {"torch": pytest.approx(np.sqrt(10.0 * 12.0)),
+                                                "openvino": pytest.approx(np.sqrt(8.0 * 6.0)), "ort": 5.0}  # fmt: skip
+    pool_fall_backs(table, falls_back[:1], {"ort": 5.0, "openvino": 4.0}, whole)  # a second probe: three samples
+    assert table.notes["single_library_ms"]["torch"] == pytest.approx((10.0 * 12.0 * 18.0) ** (1 / 3))
+    assert table.notes["single_library_samples"]["torch"] == pytest.approx([10.0, 12.0, 18.0])
+
+
 def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):
     """Each probe prices a plan's segments once: the second one re-times the single-library plans (each library's
     drift) and the plans the first one's corrections led to, never the plans it already priced; being the last, it
