@@ -97,9 +97,11 @@ class SegmentFit:
 
     group_factors: dict[str, dict[str, float]] = field(default_factory=dict)
     boundary_scales: dict[str, float] = field(default_factory=dict)
+    #: what entering each domain costs where a plan switches to it, ms (:attr:`LookupTable.segment_entry_ms`)
+    entry_ms: dict[str, float] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.group_factors or self.boundary_scales)
+        return bool(self.group_factors or self.boundary_scales or self.entry_ms)
 
 
 def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[str], Sequence[TimedSegment]]],
@@ -110,8 +112,9 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     ``plans``: each measured plan's assignment (a library per group) and its segments timed in context;
     ``drift``: how much slower each library ran during that measurement than at the table's calibration. Each
     segment is one equation: its groups' prices times their factors, plus the crossings it receives from another
-    library (standalone estimates) times their pair's factor, plus its crossings to and from the caller as they are,
-    make its measurement. One factor per kind of group and library (``notes["group_kinds"]``: a transformer's
+    library (standalone estimates) times their pair's factor, plus entering its library after another one (a cost
+    per library, whatever crosses), plus its crossings to and from the caller as they are, make its measurement.
+    One factor per kind of group and library (``notes["group_kinds"]``: a transformer's
     repeated layers are one kind; without kinds each group is its own), so a correction reaches every layer of the
     kind, timed or not: one that reached a layer and not its twin would let the solver alternate libraries between
     them on a difference no measurement showed. The factors solve all the equations together, in relative terms
@@ -124,8 +127,11 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     wrong. On hf:deit (2-core VM, ``select --budget 60s``) the whole-plan fit set ORT/OpenVINO crossings at 6.5x
     their standalone estimate; the clocks of the plan that crossed there put an OpenVINO segment of three groups
     (0.03 ms) at 1.56 ms for 9.4 ms of crossings predicted, its long OpenVINO segment 0.69x its prices.
-    Group factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1, and pair factors within it of their current value,
-    are dropped.
+    The entry cost: the same kind of group costs more per group in a short segment than in a long one (on
+    hf:bert-minilm an ORT segment of three groups took 0.96-4.0 ms for 0.89 ms of groups, and the plans that switch
+    every few groups came out 1.2-1.7x their prediction once their kinds were fitted with the long segments). Group
+    factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1, pair factors within it of their current value, and entry
+    costs within :data:`SEGMENT_ENTRY_DEADBAND_MS` of theirs are dropped.
     """
     kinds = problem.table.notes.get("group_kinds") or {}
     layers = problem.table.layers
@@ -144,12 +150,16 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
                     key = (kind[k], segment.library)
                     terms[key] = terms.get(key, 0.0) + ms
             pairs = library_boundaries(problem, choices, set(segment.groups))
+            entered = entered_domain(problem, choices, segment)
             caller = crossings - sum(table.boundary_scale(pair) * ms for pair, ms in pairs.items())
+            if entered is not None:
+                caller -= table.segment_entry_ms.get(entered, 0.0)
+                terms[(ENTRY, entered)] = 1.0
             terms |= {(PAIR, pair): ms for pair, ms in pairs.items() if ms > 0}
             if terms:
                 rows.append((terms, measured - caller, measured))
-    current = {(PAIR, pair): table.boundary_scale(pair) for terms, _, _ in rows for (tag, pair) in terms
-               if tag == PAIR}  # fmt: skip
+    current = {(tag, key): table.boundary_scale(key) if tag == PAIR else table.segment_entry_ms.get(key, 0.0)
+               for terms, _, _ in rows for (tag, key) in terms if tag in (PAIR, ENTRY)}  # fmt: skip
     fitted = solve_factors(rows, current)
     factors: dict[str, dict[str, float]] = {}
     for k, name in enumerate(layers):
@@ -158,28 +168,54 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
             if abs(factor - 1) > SEGMENT_FACTOR_DEADBAND:
                 factors.setdefault(name, {})[library] = factor
     scales = {pair: fitted[(tag, pair)] for (tag, pair), before in current.items()
-              if abs(fitted[(tag, pair)] / before - 1) > SEGMENT_FACTOR_DEADBAND}  # fmt: skip
-    return SegmentFit(factors, scales)
+              if tag == PAIR and abs(fitted[(tag, pair)] / before - 1) > SEGMENT_FACTOR_DEADBAND}  # fmt: skip
+    entries = {domain: fitted[(tag, domain)] for (tag, domain), before in current.items()
+               if tag == ENTRY and abs(fitted[(tag, domain)] - before) > SEGMENT_ENTRY_DEADBAND_MS}  # fmt: skip
+    return SegmentFit(factors, scales, entries)
 
 
-#: The tag of a pair's crossing factor among :func:`fit_group_prices`' unknowns (the others are (kind, library)).
-PAIR = "|pair|"
+def entered_domain(problem: SelectionProblem, choices: Sequence[int], segment: TimedSegment) -> str | None:
+    """The domain ``segment`` enters when the group before its first one ran in another (None for a plan's first
+    segment): where :meth:`~rlcompile.layer.problem.SelectionProblem.step_cost` charges the entry."""
+    first = segment.groups[0]
+    layout = problem.options[first][choices[first]].layout
+    if first == 0 or problem.options[first - 1][choices[first - 1]].layout == layout:
+        return None
+    return layout
+
+
+#: The tags of a pair's crossing factor and of a domain's entry cost among :func:`fit_group_prices`' unknowns (the
+#: others are (kind, library)).
+PAIR, ENTRY = "|pair|", "|entry|"
+#: What entering a domain may cost, ms: up to what the 2-core VM measured for an ORT segment of a few groups after an
+#: OpenVINO one (3 ms over its groups and crossings, hf:bert-minilm), with room.
+SEGMENT_ENTRY_RANGE_MS = (0.0, 5.0)
+#: How much more firmly an entry cost is held at the table's than a factor: it takes what segments of different
+#: lengths tell apart, not a share of what nothing does (a plan whose segments of a library all ran slow makes its
+#: groups dearer, as before entries had a price).
+ENTRY_PRIOR_WEIGHT = 100.0
+#: A fitted entry cost this close to the table's is not applied.
+SEGMENT_ENTRY_DEADBAND_MS = 0.005
 
 
 def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, float]],
                   current: Mapping[tuple[str, ...], float] | None = None) -> dict[tuple[str, ...], float]:  # fmt: skip
     """The factors x (by key) that best make ``sum(terms[key] * x[key]) == target`` for every (terms, target,
     measured) row, each row's error relative to its measurement; each held at its ``current`` value (1 when it has
-    none) by a prior of weight :data:`SEGMENT_PRIOR` times its share of the rows, within
+    none) by a prior of weight :data:`SEGMENT_PRIOR` times its share of the rows (an entry cost
+    :data:`ENTRY_PRIOR_WEIGHT` times that), within
     :data:`SEGMENT_FACTOR_RANGE` (a pair's crossing factor, keyed ``(PAIR, pair)``: within
-    :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`)."""
+    :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`; a domain's entry cost in ms, keyed ``(ENTRY, domain)``: within
+    :data:`SEGMENT_ENTRY_RANGE_MS`)."""
     current = current or {}
     names, matrix, rhs = relative_system(rows)
     if not names:
         return {}
-    held = np.sqrt(SEGMENT_PRIOR * matrix.sum(axis=0))
+    weight = np.array([ENTRY_PRIOR_WEIGHT if name[0] == ENTRY else 1.0 for name in names])
+    held = np.sqrt(SEGMENT_PRIOR * weight * matrix.sum(axis=0))
     start = np.array([current.get(name, 1.0) for name in names])
-    ranges = np.array([BOUNDARY_SCALE_RANGE if name[0] == PAIR else SEGMENT_FACTOR_RANGE for name in names])
+    ranges = np.array([{PAIR: BOUNDARY_SCALE_RANGE, ENTRY: SEGMENT_ENTRY_RANGE_MS}.get(name[0], SEGMENT_FACTOR_RANGE)
+                       for name in names])  # fmt: skip
     solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held * start]),
                                      ranges[:, 0], ranges[:, 1])  # fmt: skip
     return {name: float(value) for name, value in zip(names, solution, strict=True)}
@@ -195,6 +231,7 @@ def apply_group_prices(problem: SelectionProblem, fit: SegmentFit) -> SelectionP
             table.options[group][library] *= factor
             record.setdefault(group, {})[library] = record.get(group, {}).get(library, 1.0) * factor
     table.boundary_scales = dict(table.boundary_scales) | fit.boundary_scales
+    table.segment_entry_ms = dict(table.segment_entry_ms) | fit.entry_ms
     return SelectionProblem(table)
 
 

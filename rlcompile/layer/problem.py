@@ -2,14 +2,16 @@
 
 A plan picks one primitive per layer. Its predicted latency is the sum of the chosen primitives' times
 plus, on every edge, the time to convert the producer's layout into the consumer's (the model's inputs
-arrive and its outputs leave in NCHW). Solvers see layers in topological order through
-:class:`SelectionProblem`: ``step_cost(i, choice, layouts)`` is QS-DNN's per-layer reward (the layer's
-time plus the conversions paid on its inputs), and the total of a plan is the sum of its step costs.
+arrive and its outputs leave in NCHW), plus entering a domain wherever the plan switches to it (the table's
+``segment_entry_ms``, learned in context; none in the per-operator tables). Solvers see layers in
+topological order through :class:`SelectionProblem`: ``step_cost(i, choice, layouts)`` is QS-DNN's per-layer
+reward (the layer's time plus the conversions paid on its inputs), and the total of a plan is the sum of its step
+costs.
 
 :func:`exact` is dynamic programming over the topological order whose state is the layout of every
-live activation (produced, not yet consumed by all its readers): exact for chains, trees and the
-series-parallel graphs of CNNs, where few activations are live at once. If the states exceed
-``max_states`` it keeps the cheapest ones and says the answer is not proven optimal.
+live activation (produced, not yet consumed by all its readers), and of the layer just taken when entering a
+domain has a price: exact for chains, trees and the series-parallel graphs of CNNs, where few activations are
+live at once. If the states exceed ``max_states`` it keeps the cheapest ones and says the answer is not proven optimal.
 """
 
 from __future__ import annotations
@@ -60,9 +62,13 @@ class SelectionProblem:
         return len(self.options)
 
     def step_cost(self, layer: int, choice: int, layout_of: dict[int, str]) -> float:
-        """The layer's time plus converting each input (and, for an output layer, its result) as needed."""
+        """The layer's time plus converting each input (and, for an output layer, its result) as needed, plus
+        entering the layer's domain when the layer before it ran in another (a plan's segments are its runs of
+        consecutive layers in one domain)."""
         option = self.options[layer][choice]
         cost = option.ms
+        if layer > 0 and layout_of.get(layer - 1, option.layout) != option.layout:
+            cost += self.table.segment_entry_ms.get(option.layout, 0.0)
         for edge in self.incoming[layer]:
             cost += self.table.conversion_ms(edge.shape, layout_of.get(edge.producer, self.table.host), option.layout)
         for shape in self.to_output[layer]:
@@ -123,7 +129,7 @@ def exact(problem: SelectionProblem, max_states: int = 4096) -> ExactResult:
             for choice, option in enumerate(problem.options[layer]):
                 step = problem.step_cost(layer, choice, layout_of)
                 live = {producer: kind for producer, kind in state if problem.last_use[producer] > layer}
-                if problem.last_use[layer] > layer:
+                if problem.last_use[layer] > layer or problem.table.segment_entry_ms:  # the next layer's entry
                     live[layer] = option.layout
                 key = tuple(sorted(live.items()))
                 if key not in following or cost + step < following[key][0]:

@@ -70,6 +70,9 @@ class LookupTable:
     #: factors on the cost of crossing between two non-host domains, per pair (:func:`pair_key`; 1 when absent),
     #: learned from measured plans
     boundary_scales: dict[str, float] = field(default_factory=dict)
+    #: what entering a domain costs where a plan switches to it, whatever crosses: milliseconds per domain (0 when
+    #: absent), learned from segments timed in their plans (:mod:`rlcompile.layer.in_context`)
+    segment_entry_ms: dict[str, float] = field(default_factory=dict)
 
     def conversion_ms(self, shape: tuple[int, ...], source: str, target: str, scaled: bool = True) -> float:
         """What crossing from ``source`` to ``target`` costs for a tensor of ``shape`` (0 when not measured);

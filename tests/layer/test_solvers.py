@@ -44,6 +44,24 @@ def test_exact_is_the_brute_force_optimum(seed, branchy):
     assert problem.total(result.plan) == pytest.approx(result.total_ms)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_is_the_brute_force_optimum_when_entering_a_domain_has_a_price(seed):
+    """A price for entering a domain where the plan switches to it (its segments), whatever crosses: the exact
+    optimum keeps the layout of the layer just taken in its state, so it still finds the best plan, and a plan pays
+    the entry once per switch."""
+    table = synthetic_table(6, seed, branchy=True)
+    table.segment_entry_ms = {"nhwc": 0.8, "nchw": 0.3}
+    problem = SelectionProblem(table)
+    result = exact(problem)
+    assert result.proven_optimal and result.total_ms == pytest.approx(brute_force(problem))
+    nhwc = next(i for i, o in enumerate(problem.options[0]) if o.primitive == "fast:nhwc")
+    nchw = next(i for i, o in enumerate(problem.options[0]) if o.primitive == "fast:nchw")
+    switching = [nchw, nhwc, nchw, nhwc, nchw, nchw]
+    priced = problem.total(switching)
+    table.segment_entry_ms = {}
+    assert priced == pytest.approx(SelectionProblem(table).total(switching) + 2 * 0.8 + 2 * 0.3)
+
+
 def test_conversions_are_paid_on_every_edge_and_at_the_ends():
     table = synthetic_table(3, branchy=False)
     problem = SelectionProblem(table)
