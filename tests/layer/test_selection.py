@@ -393,6 +393,23 @@ def test_a_probe_pools_its_measurement_of_a_fall_back_plan_with_the_calibrations
     assert table.notes["single_library_samples"]["torch"] == pytest.approx([10.0, 12.0, 18.0])
 
 
+def test_plans_are_solved_after_a_probe_only_when_another_probe_can_measure_them():
+    """A probe that leaves no time for another one only refits: a plan solved after it would reach the final
+    contest unmeasured by any probe."""
+    import time
+
+    from rlcompile.layer.selection import another_probe_fits, probe_deadline
+
+    assert another_probe_fits(None, None, 3.0, 1.0)
+    deadline = time.monotonic() + 10.0
+    # 7 s spare beyond what must follow: a probe with a 1 s floor ends after 2.1 s, leaving 4.9 s for another (2 s)
+    fits, until = probe_deadline(deadline, 3.0, 1.0)
+    assert fits and until == pytest.approx(deadline - 7.9, abs=0.05) and another_probe_fits(deadline, until, 3.0, 1.0)
+    # a 2.5 s floor: the probe runs (7 >= 5 s) and ends after 2.5 s, leaving 4.5 s: no second one, nothing solved
+    fits, until = probe_deadline(deadline, 3.0, 2.5)
+    assert fits and not another_probe_fits(deadline, until, 3.0, 2.5)
+
+
 def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):
     """Each probe prices a plan's segments once: the second one re-times the single-library plans (each library's
     drift) and the plans the first one's corrections led to, never the plans it already priced; being the last, it
