@@ -179,9 +179,8 @@ def entered_domain(problem: SelectionProblem, choices: Sequence[int], segment: T
     segment): where :meth:`~rlcompile.layer.problem.SelectionProblem.step_cost` charges the entry."""
     first = segment.groups[0]
     layout = problem.options[first][choices[first]].layout
-    if first == 0 or problem.options[first - 1][choices[first - 1]].layout == layout:
-        return None
-    return layout
+    before = {first - 1: problem.options[first - 1][choices[first - 1]].layout} if first > 0 else {}
+    return layout if problem.enters(first, layout, before) else None
 
 
 #: The tags of a pair's crossing factor and of a domain's entry cost among :func:`fit_group_prices`' unknowns (the

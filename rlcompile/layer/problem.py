@@ -16,7 +16,7 @@ live at once. If the states exceed ``max_states`` it keeps the cheapest ones and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rlcompile.layer.table import SINK, SOURCE, LookupTable
@@ -67,13 +67,18 @@ class SelectionProblem:
         consecutive layers in one domain)."""
         option = self.options[layer][choice]
         cost = option.ms
-        if layer > 0 and layout_of.get(layer - 1, option.layout) != option.layout:
+        if self.enters(layer, option.layout, layout_of):
             cost += self.table.segment_entry_ms.get(option.layout, 0.0)
         for edge in self.incoming[layer]:
             cost += self.table.conversion_ms(edge.shape, layout_of.get(edge.producer, self.table.host), option.layout)
         for shape in self.to_output[layer]:
             cost += self.table.conversion_ms(shape, option.layout, self.table.host)
         return cost
+
+    def enters(self, layer: int, layout: str, layout_of: Mapping[int, str]) -> bool:
+        """Whether ``layer``, run in ``layout``, starts a segment that enters it from another domain: the layer
+        before it ran in another (the model's first layer enters from the caller, which the conversions price)."""
+        return layer > 0 and layout_of.get(layer - 1, layout) != layout
 
     def total(self, plan: list[int]) -> float:
         return sum(self.step_costs(plan))

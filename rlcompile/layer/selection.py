@@ -588,10 +588,10 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     recalibrated = first and late_calibration(problem.table) and recalibrate(problem.table, timed, gauged, progress,
                                                                              whole)  # fmt: skip
     then = problem.table.notes.get("ort_native_ms")
+    ort_drift = stats["ort native"].median_ms / then if then else 1.0
     if not recalibrated:
-        pool_fall_backs(problem.table, timed, gauged, whole)
-    drift = gauge_drift(problem.table.notes, single_library_times(timed), gauged,
-                        stats["ort native"].median_ms / then if then else 1.0)  # fmt: skip
+        pool_fall_backs(problem.table, timed, gauged, ort_drift, whole)
+    drift = gauge_drift(problem.table.notes, single_library_times(timed), gauged, ort_drift)
     fit = fit_plans(problem.table, measured_plans(problem, timed, drift, singles=first), libraries=first)
     moved = {f"x{factor:.2f} on {library}'s groups": factor for library, factor in fit.library_factors.items()
              if abs(factor - 1) > 0.05}  # fmt: skip
@@ -732,11 +732,12 @@ def recalibrate(table: LookupTable, candidates: list[Candidate], native_ms: Mapp
     return True
 
 
-def pool_fall_backs(table: LookupTable, timed: list[Candidate], native_ms: Mapping[str, float],
+def pool_fall_backs(table: LookupTable, timed: list[Candidate], native_ms: Mapping[str, float], ort_drift: float,
                     whole: onnx.ModelProto | None) -> None:  # fmt: skip
     """Pool a probe's measurement of each single-library plan that falls back to the default library (not the
     model run whole) with the calibration's and the earlier probes' (``notes["single_library_samples"]``), each at
-    the calibration's speed by its library's native run then and now (ORT native's for a library without one):
+    the calibration's speed by its library's native run then and now (``native_ms``; ``ort_drift``, ORT native's
+    now over then, for a library without one):
     ``notes["single_library_ms"]`` becomes their geometric mean.
 
     Such a plan is not its native run's twin: what it takes beside that run is a quantity of its own, which one
@@ -746,9 +747,8 @@ def pool_fall_backs(table: LookupTable, timed: list[Candidate], native_ms: Mappi
     3.7-5.2% of the final contest by the probe. A plan that runs the model whole is left as calibrated: its native
     run in the same contest predicts it better than any earlier measurement."""
     notes = table.notes
-    plans, natives = notes.get("single_library_ms") or {}, notes.get("native_ms") or {}
-    now_ort, then_ort = native_ms.get(REFERENCE_RUNTIME), notes.get("ort_native_ms")
-    drift = measure_drift(natives, native_ms, now_ort / then_ort if now_ort and then_ort else 1.0)
+    plans = notes.get("single_library_ms") or {}
+    drift = measure_drift(notes.get("native_ms"), native_ms, ort_drift)
     samples = notes.setdefault("single_library_samples", {})
     for candidate in timed:
         if candidate.measured is None or not candidate.single or candidate.single[0] not in plans:
@@ -883,16 +883,19 @@ def final_floor_s(candidates: list[Candidate], call_s: float, natives: int) -> f
     return contest.floor_seconds(plan_seconds(candidates, call_s) + [call_s] * (REFINED_PLANS + 2 * natives), ROUNDS)
 
 
-def probe_deadline(deadline: float | None, after_s: float, probe_floor_s: float) -> tuple[bool, float | None]:
+def probe_deadline(deadline: float | None, after_s: float, probe_floor_s: float,
+                   start: float | None = None) -> tuple[bool, float | None]:  # fmt: skip
     """Whether the refining probe runs, and when it must end: always, unlimited, without a deadline; with one, only
     when twice its floor fits beside ``after_s`` (what must follow it: the compiles of the plans it finds and the
-    final contest's floor), and within :data:`PROBE_SHARE` of the time beyond that."""
+    final contest's floor), and within :data:`PROBE_SHARE` of the time beyond that. ``start``: when the probe
+    starts (``time.monotonic()``; now by default)."""
     if deadline is None:
         return True, None
-    spare = deadline - time.monotonic() - after_s
+    start = time.monotonic() if start is None else start
+    spare = deadline - start - after_s
     if spare < 2 * probe_floor_s:
         return False, None
-    return True, time.monotonic() + max(probe_floor_s, PROBE_SHARE * spare)
+    return True, start + max(probe_floor_s, PROBE_SHARE * spare)
 
 
 def another_probe_fits(deadline: float | None, until: float | None, after_s: float, probe_floor_s: float) -> bool:
@@ -900,9 +903,7 @@ def another_probe_fits(deadline: float | None, until: float | None, after_s: flo
     floor for the next one's): only then are plans solved after it, for the next probe to measure. A plan solved
     after the last probe reaches the final contest unseen: hf:convnext's refined plans, where one call takes 57 ms
     and a 60 s budget fits one probe, came 1.46x and 1.85x their prediction (select-predictions/28, 30)."""
-    if deadline is None or until is None:
-        return True
-    return deadline - until - after_s >= 2 * probe_floor_s
+    return until is None or probe_deadline(deadline, after_s, probe_floor_s, start=until)[0]
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created,

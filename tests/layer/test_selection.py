@@ -385,10 +385,10 @@ def test_a_probe_pools_its_measurement_of_a_fall_back_plan_with_the_calibrations
     one_segment = Candidate(["single:ort"], ["ort", "ort"], 0.0, single=["ort"], measured=summarize([7.0]),
                             engine=SimpleNamespace(runs_whole=lambda proto: proto is whole))  # fmt: skip
     # ORT native ran 1.5x slower than at the calibration, OpenVINO native 2x: torch's plan goes by ORT's
-    pool_fall_backs(table, [*falls_back, one_segment], {"ort": 7.5, "openvino": 8.0}, whole)
+    pool_fall_backs(table, [*falls_back, one_segment], {"ort": 7.5, "openvino": 8.0}, 1.5, whole)
     assert table.notes["single_library_ms"] == {"torch": pytest.approx(np.sqrt(10.0 * 12.0)),
                                                 "openvino": pytest.approx(np.sqrt(8.0 * 6.0)), "ort": 5.0}  # fmt: skip
-    pool_fall_backs(table, falls_back[:1], {"ort": 5.0, "openvino": 4.0}, whole)  # a second probe: three samples
+    pool_fall_backs(table, falls_back[:1], {"ort": 5.0, "openvino": 4.0}, 1.0, whole)  # a second probe: three samples
     assert table.notes["single_library_ms"]["torch"] == pytest.approx((10.0 * 12.0 * 18.0) ** (1 / 3))
     assert table.notes["single_library_samples"]["torch"] == pytest.approx([10.0, 12.0, 18.0])
 
