@@ -53,7 +53,7 @@ def test_the_all_ort_plan_is_one_segment_as_fast_as_ort_native(squeezenet):
     feeds = grouped.feeds
     native, twin = (model.compile(runtimes.create("ort"), RuntimeOptions(2, exclusive=True)).timer(feeds)
                     for _ in range(2))  # fmt: skip
-    timing = MeasureConfig(warmup=5, min_repeats=30, min_time_s=0.5, max_time_s=5.0)
+    timing = MeasureConfig(warmup=5, min_repeats=30, min_time_s=0.25, max_time_s=5.0)
     standings = run_contest([Contender("plan", lambda: engine.run(feeds)), Contender("native", native),
                              Contender("twin", twin, twin_of="native")], timing, rounds=5,
                             settle=SETTLE)  # fmt: skip
