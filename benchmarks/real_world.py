@@ -154,8 +154,20 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
              "predicted_ms": c.get("predicted_ms"), "expected_ms": expected.get(", ".join(c["labels"])),
              "measured_ms": c.get("measured_ms"), "measured_over_expected": ratios.get(", ".join(c["labels"])),
              "round_ratio": by_round.get(", ".join(c["labels"])),
-             "probed": c.get("probed"), "single": c.get("single")}
+             "probed": c.get("probed"), "single": c.get("single"), "probe_ms": c.get("probe_ms") or []}
             for c in selection["candidates"]]  # fmt: skip
+
+
+def probe_ratios(plan: dict) -> tuple[float, float] | None:
+    """For a plan a refining probe measured whole (``probe_ms``, at the table's speed): the final contest's
+    measurement at the table's speed over the last probe's, and the table's prediction over that probe's (how far
+    the fit left the plan it was fitted on). ``None`` for a plan no probe measured or the final one did not.
+    Two measurements of one plan further apart than the band are more than any table can predict both of."""
+    probe_ms, expected = plan.get("probe_ms"), plan.get("expected_ms")
+    if not probe_ms or not plan.get("measured_ms") or not expected or not math.isfinite(expected):
+        return None
+    final_at_table_speed = plan["measured_ms"] * plan["predicted_ms"] / expected
+    return final_at_table_speed / probe_ms[-1], plan["predicted_ms"] / probe_ms[-1]
 
 
 def prediction_ratio(plan: dict, by_round: bool = False) -> float | None:
@@ -268,6 +280,14 @@ def markdown_summary(saved: dict) -> str:
               f"{within['unprobed']} of {priced['unprobed']} it did not). Judged round by round instead (each round's "
               f"prediction at that round's library speeds, the median): {within['others by round']} of "
               f"{priced['others by round']} others."]
+    pairs = [ratios for one in plans for plan in one or [] if not plan.get("single")
+             and (ratios := probe_ratios(plan)) is not None]  # fmt: skip
+    if pairs:
+        again, fitted = (sum(abs(pair[index] - 1) <= PREDICTION_BAND for pair in pairs) for index in (0, 1))
+        lines += ["", f"Of the {len(pairs)} mixed plans a probe measured whole and the final contest measured again, "
+                      f"{again} measured within {PREDICTION_BAND:.0%} of their probe's own measurement (both at the "
+                      f"table's speed: what no table can beat), and the table predicted {fitted} within "
+                      f"{PREDICTION_BAND:.0%} of that probe's measurement (the fit on the plans it was fitted on)."]
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]

@@ -138,6 +138,8 @@ class Candidate:
     segment_drift: list[float] | None = None
     #: the plan's block median in each round of the contest that measured it, by round number
     round_ms: dict[int, float] | None = None
+    #: each probe's measurement of the whole plan, at the table's speed (over the plan's drift then)
+    probe_ms: list[float] = field(default_factory=list)
 
     @property
     def segments(self) -> int:
@@ -163,6 +165,7 @@ class Candidate:
             "single": self.single,
             "segment_ms": self.segment_ms,
             "round_ms": self.round_ms,
+            "probe_ms": self.probe_ms,
         }
 
 
@@ -605,6 +608,8 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     for candidate in timed:
         if candidate.segment_ms is not None:
             candidate.segment_drift = [drift.of(item.segment.library) for item in candidate.engine.compiled]
+        if candidate.measured is not None:
+            candidate.probe_ms.append(candidate.measured.median_ms / plan_drift(drift, problem, candidate))
     priced = price_in_context(problem, candidates, progress)
     if priced:
         problem = apply_group_prices(problem, priced)
