@@ -138,8 +138,10 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     kind = [kinds.get(name, name) for name in layers]
     table = problem.table
     rows: list[tuple[dict[tuple[str, ...], float], float, float]] = []  # (ms by unknown, target ms, measured)
+    totals: list[tuple[dict[tuple[str, ...], float], float, float]] = []  # one row per plan: its segments' sum
     for assignment, segments in plans:
         choices = problem.choices(assignment)
+        first = len(rows)
         for segment, (_, crossings) in zip(segments, segment_predictions(problem, choices, segments), strict=True):
             measured = segment.ms / drift.of(segment.library)
             if not np.isfinite(measured) or measured <= 0:
@@ -158,9 +160,12 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
             terms |= {(PAIR, pair): ms for pair, ms in pairs.items() if ms > 0}
             if terms:
                 rows.append((terms, measured - caller, measured))
+        if len(rows) - first > 1:
+            totals.append(plan_total(rows[first:]))
     current = {(tag, key): table.boundary_scale(key) if tag == PAIR else table.segment_entry_ms.get(key, 0.0)
                for terms, _, _ in rows for (tag, key) in terms if tag in (PAIR, ENTRY)}  # fmt: skip
-    fitted = solve_factors(rows, current)
+    most = max((len(segments) for _, segments in plans), default=1)
+    fitted = solve_factors([*rows, *totals], current, [1.0] * len(rows) + [float(most)] * len(totals))
     factors: dict[str, dict[str, float]] = {}
     for k, name in enumerate(layers):
         for library in table.options[name]:
@@ -172,6 +177,16 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     entries = {domain: fitted[(tag, domain)] for (tag, domain), before in current.items()
                if tag == ENTRY and abs(fitted[(tag, domain)] - before) > SEGMENT_ENTRY_DEADBAND_MS}  # fmt: skip
     return SegmentFit(factors, scales, entries)
+
+
+def plan_total(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, float]],
+               ) -> tuple[dict[tuple[str, ...], float], float, float]:  # fmt: skip
+    """One plan's segment equations summed: its whole time as the table prices it, against the sum of its clocks."""
+    terms: dict[tuple[str, ...], float] = {}
+    for row_terms, _, _ in rows:
+        for key, ms in row_terms.items():
+            terms[key] = terms.get(key, 0.0) + ms
+    return terms, sum(target for _, target, _ in rows), sum(measured for _, _, measured in rows)
 
 
 def entered_domain(problem: SelectionProblem, choices: Sequence[int], segment: TimedSegment) -> str | None:
@@ -198,11 +213,12 @@ SEGMENT_ENTRY_DEADBAND_MS = 0.005
 
 
 def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, float]],
-                  current: Mapping[tuple[str, ...], float] | None = None) -> dict[tuple[str, ...], float]:  # fmt: skip
+                  current: Mapping[tuple[str, ...], float] | None = None,
+                  weights: Sequence[float] | None = None) -> dict[tuple[str, ...], float]:  # fmt: skip
     """The factors x (by key) that best make ``sum(terms[key] * x[key]) == target`` for every (terms, target,
-    measured) row, each row's error relative to its measurement; each held at its ``current`` value (1 when it has
-    none) by a prior of weight :data:`SEGMENT_PRIOR` times its share of the rows (an entry cost
-    :data:`ENTRY_PRIOR_WEIGHT` times that), within
+    measured) row, each row's error relative to its measurement (its square times its ``weights`` entry, 1 by
+    default); each held at its ``current`` value (1 when it has none) by a prior of weight :data:`SEGMENT_PRIOR`
+    times its share of the rows (an entry cost :data:`ENTRY_PRIOR_WEIGHT` times that), within
     :data:`SEGMENT_FACTOR_RANGE` (a pair's crossing factor, keyed ``(PAIR, pair)``: within
     :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`; a domain's entry cost in ms, keyed ``(ENTRY, domain)``: within
     :data:`SEGMENT_ENTRY_RANGE_MS`)."""
@@ -212,6 +228,9 @@ def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, f
         return {}
     weight = np.array([ENTRY_PRIOR_WEIGHT if name[0] == ENTRY else 1.0 for name in names])
     held = np.sqrt(SEGMENT_PRIOR * weight * matrix.sum(axis=0))
+    if weights is not None:
+        scale = np.sqrt(np.asarray(weights, dtype=float))
+        matrix, rhs = matrix * scale[:, None], rhs * scale
     start = np.array([current.get(name, 1.0) for name in names])
     ranges = np.array([{PAIR: BOUNDARY_SCALE_RANGE, ENTRY: SEGMENT_ENTRY_RANGE_MS}.get(name[0], SEGMENT_FACTOR_RANGE)
                        for name in names])  # fmt: skip
