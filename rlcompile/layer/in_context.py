@@ -21,7 +21,7 @@ import numpy as np
 
 from rlcompile.layer.fit import BOUNDARY_SCALE_RANGE, bounded_least_squares, library_boundaries, relative_system
 from rlcompile.layer.problem import SelectionProblem
-from rlcompile.layer.table import LookupTable
+from rlcompile.layer.table import LookupTable, switch_key
 
 #: A segment's correction of its groups' prices stays within this range.
 SEGMENT_FACTOR_RANGE = (0.25, 4.0)
@@ -97,7 +97,8 @@ class SegmentFit:
 
     group_factors: dict[str, dict[str, float]] = field(default_factory=dict)
     boundary_scales: dict[str, float] = field(default_factory=dict)
-    #: what entering each domain costs where a plan switches to it, ms (:attr:`LookupTable.segment_entry_ms`)
+    #: what each switch from one domain to another costs where a plan makes it, ms
+    #: (:attr:`LookupTable.segment_entry_ms`)
     entry_ms: dict[str, float] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -129,9 +130,19 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     (0.03 ms) at 1.56 ms for 9.4 ms of crossings predicted, its long OpenVINO segment 0.69x its prices.
     The entry cost: the same kind of group costs more per group in a short segment than in a long one (on
     hf:bert-minilm an ORT segment of three groups took 0.96-4.0 ms for 0.89 ms of groups, and the plans that switch
-    every few groups came out 1.2-1.7x their prediction once their kinds were fitted with the long segments). Group
+    every few groups came out 1.2-1.7x their prediction once their kinds were fitted with the long segments), and it
+    depends on the library that ran just before, so each ordered switch has its own (:func:`~rlcompile.layer.table.
+    switch_key`: on hf:yolos an ORT segment after an OpenVINO one ran 0.7-1.7 ms over its prices, after a PyTorch one
+    within them, while one entry cost per library gave ORT 0.18 ms). Group
     factors within :data:`SEGMENT_FACTOR_DEADBAND` of 1, pair factors within it of their current value, and entry
     costs within :data:`SEGMENT_ENTRY_DEADBAND_MS` of theirs are dropped.
+
+    Each plan's segments summed are one more equation (:func:`plan_total`), weighted as the most detailed plan's
+    segments together: segment by segment, a plan of 27 short segments has 27 equations to a 2-segment plan's 2, and
+    its short segments' kinds decide the factors the long segments share. On hf:bert-minilm (tally 33,
+    ``select-predictions/33-*``) a 2-segment plan the probe measured at 9.53 ms was then priced at 6.35 (and measured
+    9.31 by the final contest); 8 of the 35 mixed plans a probe measured were priced more than 15% from that very
+    measurement.
     """
     kinds = problem.table.notes.get("group_kinds") or {}
     layers = problem.table.layers
@@ -152,11 +163,11 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
                     key = (kind[k], segment.library)
                     terms[key] = terms.get(key, 0.0) + ms
             pairs = library_boundaries(problem, choices, set(segment.groups))
-            entered = entered_domain(problem, choices, segment)
+            switch = entered_switch(problem, choices, segment)
             caller = crossings - sum(table.boundary_scale(pair) * ms for pair, ms in pairs.items())
-            if entered is not None:
-                caller -= table.segment_entry_ms.get(entered, 0.0)
-                terms[(ENTRY, entered)] = 1.0
+            if switch is not None:
+                caller -= table.segment_entry_ms.get(switch, 0.0)
+                terms[(ENTRY, switch)] = 1.0
             terms |= {(PAIR, pair): ms for pair, ms in pairs.items() if ms > 0}
             if terms:
                 rows.append((terms, measured - caller, measured))
@@ -174,8 +185,8 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
                 factors.setdefault(name, {})[library] = factor
     scales = {pair: fitted[(tag, pair)] for (tag, pair), before in current.items()
               if tag == PAIR and abs(fitted[(tag, pair)] / before - 1) > SEGMENT_FACTOR_DEADBAND}  # fmt: skip
-    entries = {domain: fitted[(tag, domain)] for (tag, domain), before in current.items()
-               if tag == ENTRY and abs(fitted[(tag, domain)] - before) > SEGMENT_ENTRY_DEADBAND_MS}  # fmt: skip
+    entries = {switch: fitted[(tag, switch)] for (tag, switch), before in current.items()
+               if tag == ENTRY and abs(fitted[(tag, switch)] - before) > SEGMENT_ENTRY_DEADBAND_MS}  # fmt: skip
     return SegmentFit(factors, scales, entries)
 
 
@@ -189,20 +200,23 @@ def plan_total(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, floa
     return terms, sum(target for _, target, _ in rows), sum(measured for _, _, measured in rows)
 
 
-def entered_domain(problem: SelectionProblem, choices: Sequence[int], segment: TimedSegment) -> str | None:
-    """The domain ``segment`` enters when the group before its first one ran in another (None for a plan's first
-    segment): where :meth:`~rlcompile.layer.problem.SelectionProblem.step_cost` charges the entry."""
+def entered_switch(problem: SelectionProblem, choices: Sequence[int], segment: TimedSegment) -> str | None:
+    """The switch (:func:`~rlcompile.layer.table.switch_key`) by which ``segment`` enters its domain when the group
+    before its first one ran in another (None for a plan's first segment): where
+    :meth:`~rlcompile.layer.problem.SelectionProblem.step_cost` charges the entry."""
     first = segment.groups[0]
     layout = problem.options[first][choices[first]].layout
-    before = {first - 1: problem.options[first - 1][choices[first - 1]].layout} if first > 0 else {}
-    return layout if problem.enters(first, layout, before) else None
+    if first == 0:
+        return None
+    before = problem.options[first - 1][choices[first - 1]].layout
+    return switch_key(before, layout) if problem.enters(first, layout, {first - 1: before}) else None
 
 
-#: The tags of a pair's crossing factor and of a domain's entry cost among :func:`fit_group_prices`' unknowns (the
+#: The tags of a pair's crossing factor and of a switch's entry cost among :func:`fit_group_prices`' unknowns (the
 #: others are (kind, library)).
 PAIR, ENTRY = "|pair|", "|entry|"
-#: What entering a domain may cost, ms: up to what the 2-core VM measured for an ORT segment of a few groups after an
-#: OpenVINO one (3 ms over its groups and crossings, hf:bert-minilm), with room.
+#: What a switch into a domain may cost, ms: up to what the 2-core VM measured for an ORT segment of a few groups
+#: after an OpenVINO one (3 ms over its groups and crossings, hf:bert-minilm), with room.
 SEGMENT_ENTRY_RANGE_MS = (0.0, 5.0)
 #: How much more firmly an entry cost is held at the table's than a factor: it takes what segments of different
 #: lengths tell apart, not a share of what nothing does (a plan whose segments of a library all ran slow makes its
@@ -220,7 +234,7 @@ def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, f
     default); each held at its ``current`` value (1 when it has none) by a prior of weight :data:`SEGMENT_PRIOR`
     times its share of the rows (an entry cost :data:`ENTRY_PRIOR_WEIGHT` times that), within
     :data:`SEGMENT_FACTOR_RANGE` (a pair's crossing factor, keyed ``(PAIR, pair)``: within
-    :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`; a domain's entry cost in ms, keyed ``(ENTRY, domain)``: within
+    :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`; a switch's entry cost in ms, keyed ``(ENTRY, switch)``: within
     :data:`SEGMENT_ENTRY_RANGE_MS`)."""
     current = current or {}
     names, matrix, rhs = relative_system(rows)

@@ -68,7 +68,7 @@ class SelectionProblem:
         option = self.options[layer][choice]
         cost = option.ms
         if self.enters(layer, option.layout, layout_of):
-            cost += self.table.segment_entry_ms.get(option.layout, 0.0)
+            cost += self.table.entry_ms(layout_of[layer - 1], option.layout)
         for edge in self.incoming[layer]:
             cost += self.table.conversion_ms(edge.shape, layout_of.get(edge.producer, self.table.host), option.layout)
         for shape in self.to_output[layer]:

@@ -680,8 +680,8 @@ def price_in_context(problem: SelectionProblem, candidates: list[Candidate],
                           for pair, scale in sorted(fit.boundary_scales.items()))  # fmt: skip
         progress(Event("layer", f"the segments' crossings refit the table: {pairs}"))
     if fit.entry_ms:
-        entries = ", ".join(f"{domain} {ms:.3f} ms" for domain, ms in sorted(fit.entry_ms.items()))
-        progress(Event("layer", f"the segments price entering a library after another: {entries}"))
+        entries = ", ".join(f"{switch} {ms:.3f} ms" for switch, ms in sorted(fit.entry_ms.items()))
+        progress(Event("layer", f"the segments price switching from one library to another: {entries}"))
     return fit
 
 

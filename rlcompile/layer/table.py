@@ -44,6 +44,13 @@ def shape_key(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
 
 
+def switch_key(before: str, after: str) -> str:
+    """The key of a switch from domain ``before`` to ``after``: ordered, because what entering costs depends on what
+    ran just before (on the 2-core VM an ORT segment after an OpenVINO one ran 0.7-1.7 ms over its prices, after a
+    PyTorch one within them: hf:yolos, select-predictions/34)."""
+    return f"{before}->{after}"
+
+
 def pair_key(source: str, target: str) -> str:
     """Two domains as one key, whichever way a tensor crosses between them: ``openvino|ort``."""
     return "|".join(sorted((source, target)))
@@ -70,9 +77,14 @@ class LookupTable:
     #: factors on the cost of crossing between two non-host domains, per pair (:func:`pair_key`; 1 when absent),
     #: learned from measured plans
     boundary_scales: dict[str, float] = field(default_factory=dict)
-    #: what entering a domain costs where a plan switches to it, whatever crosses: milliseconds per domain (0 when
-    #: absent), learned from segments timed in their plans (:mod:`rlcompile.layer.in_context`)
+    #: what switching from one domain to another costs where a plan does, whatever crosses: milliseconds per switch
+    #: (:func:`switch_key`; 0 when absent), learned from segments timed in their plans
+    #: (:mod:`rlcompile.layer.in_context`)
     segment_entry_ms: dict[str, float] = field(default_factory=dict)
+
+    def entry_ms(self, before: str, after: str) -> float:
+        """What a segment in ``after`` costs to enter right after one in ``before`` (:attr:`segment_entry_ms`)."""
+        return self.segment_entry_ms.get(switch_key(before, after), 0.0)
 
     def conversion_ms(self, shape: tuple[int, ...], source: str, target: str, scaled: bool = True) -> float:
         """What crossing from ``source`` to ``target`` costs for a tensor of ``shape`` (0 when not measured);

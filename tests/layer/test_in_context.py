@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from rlcompile.layer.in_context import (
     whole_model_prices,
 )
 from rlcompile.layer.problem import SelectionProblem, exact
-from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable, switch_key
 from rlcompile.models import load_model
 from rlcompile.runtimes import create
 
@@ -79,7 +81,8 @@ def test_the_segments_that_receive_a_crossing_price_it_apart_from_their_groups()
     # each "b" segment here enters "b" across one crossing: its entry and the crossing are told apart by the priors
     # alone, the crossing taking the most (entries are held firmly)
     assert fit.boundary_scales["a|b"] > 4.0
-    assert 0.1 * fit.boundary_scales["a|b"] + fit.entry_ms.get("b", 0.0) == pytest.approx(0.5, rel=1e-3)
+    switch = fit.entry_ms.get(switch_key("a", "b"), 0.0)
+    assert 0.1 * fit.boundary_scales["a|b"] + switch == pytest.approx(0.5, rel=1e-3)
     corrected = apply_group_prices(problem, fit)
     for assignment, timed in (both, one):
         assert corrected.total(corrected.choices(assignment)) == pytest.approx(sum(s.ms for s in timed), rel=1e-3)
@@ -98,7 +101,8 @@ def test_what_short_segments_cost_more_is_priced_at_the_switch_not_on_the_groups
                                TimedSegment("a", (2,), 1.0 + 0.1 + 0.05)])  # fmt: skip
     fit = fit_group_prices(problem, [long, short])
     assert "b" not in fit.group_factors.get("g2", {}) and "b" not in fit.group_factors.get("g3", {})
-    assert 0.1 * fit.boundary_scales["a|b"] + fit.entry_ms.get("b", 0.0) == pytest.approx(0.5, rel=0.02)
+    switch = fit.entry_ms.get(switch_key("a", "b"), 0.0)
+    assert 0.1 * fit.boundary_scales["a|b"] + switch == pytest.approx(0.5, rel=0.02)
     corrected = apply_group_prices(problem, fit)
     assert corrected.table.segment_entry_ms == fit.entry_ms
     for assignment, timed in (long, short):
@@ -217,3 +221,28 @@ def test_every_plan_a_probe_timed_is_refitted_each_at_its_own_probes_speed():
     factors = price_in_context(problem, [earlier, newer], ignore)
     assert factors == fit_group_prices(problem, [(earlier.assignment, first), (newer.assignment, second)])
     assert factors.group_factors == {"g2": {"b": pytest.approx(3.0, rel=1e-4)}}
+
+
+def five_layers() -> LookupTable:
+    """Five groups of one kind in a chain, 1 ms each in "a" and "b"; crossings as in :func:`chain_table`."""
+    names = [f"g{index}" for index in range(1, 6)]
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), *(Edge(a, b, f"y{a}", (1, 8)) for a, b in itertools.pairwise(names)),
+             Edge("g5", SINK, "z", (1, 8))]  # fmt: skip
+    table = LookupTable("five", names, {name: {"a": 1.0, "b": 1.0} for name in names}, {"a": "a", "b": "b"}, edges,
+                        chain_table().conversions, host="host", default="a")  # fmt: skip
+    table.notes["group_kinds"] = dict.fromkeys(names, "layer")
+    return table
+
+
+def test_each_plans_whole_time_is_fitted_not_only_its_segments():
+    """Two plans disagree about the layer in "b" (four layers at their price in one, one layer at twice it in the
+    other): fitted segment by segment, the long "b" segment and the short one pull alike and both plans come out
+    13-15% off; with each plan's segments summed as one more equation, the layer moves less and each plan's whole
+    time is within 11% of its segments' sum."""
+    problem = SelectionProblem(five_layers())
+    long = (["b"] * 4 + ["a"], [TimedSegment("b", (0, 1, 2, 3), 4.05), TimedSegment("a", (4,), 1.15)])
+    short = (["b"] + ["a"] * 4, [TimedSegment("b", (0,), 2.05), TimedSegment("a", (1, 2, 3, 4), 4.15)])
+    corrected = apply_group_prices(problem, fit_group_prices(problem, [long, short]))
+    for assignment, timed in (long, short):
+        measured = sum(segment.ms for segment in timed)
+        assert abs(corrected.total(corrected.choices(assignment)) / measured - 1) < 0.11

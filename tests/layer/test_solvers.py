@@ -10,7 +10,7 @@ import pytest
 from rlcompile.layer import solvers
 from rlcompile.layer.problem import SelectionProblem, exact
 from rlcompile.layer.solvers.qlearning import QLearning
-from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable, switch_key
 
 LAYOUTS = {"fast:nhwc": "nhwc", "fast:nchw": "nchw", "slow:nchw": "nchw", "ort:basic": "nchw"}
 SHAPE = (1, 8, 4, 4)
@@ -46,11 +46,11 @@ def test_exact_is_the_brute_force_optimum(seed, branchy):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_exact_is_the_brute_force_optimum_when_entering_a_domain_has_a_price(seed):
-    """A price for entering a domain where the plan switches to it (its segments), whatever crosses: the exact
-    optimum keeps the layout of the layer just taken in its state, so it still finds the best plan, and a plan pays
-    the entry once per switch."""
+    """A price for each switch from one domain to another where the plan makes it (its segments), whatever crosses:
+    the exact optimum keeps the layout of the layer just taken in its state, so it still finds the best plan, and a
+    plan pays each switch once."""
     table = synthetic_table(6, seed, branchy=True)
-    table.segment_entry_ms = {"nhwc": 0.8, "nchw": 0.3}
+    table.segment_entry_ms = {switch_key("nchw", "nhwc"): 0.8, switch_key("nhwc", "nchw"): 0.3}
     problem = SelectionProblem(table)
     result = exact(problem)
     assert result.proven_optimal and result.total_ms == pytest.approx(brute_force(problem))
