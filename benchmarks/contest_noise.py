@@ -16,7 +16,9 @@ twins' spread |twin / original - 1| is the noise the contest would report. Varia
 * ``settled``: ``quick`` blocks, settling (:data:`rlcompile.measure.SETTLE`: batches of 5 rounds while the twins
   differ by more than 2%, at most 4 batches), as decisions are timed now;
 * ``fine``: 25 rounds of the shortest blocks (one warm-up call, two timed calls): the turns change faster than a
-  shared machine's slow spells, so every contender meets them in the same share.
+  shared machine's slow spells, so every contender meets them in the same share;
+* ``uncapped``: ``default`` blocks of up to :data:`UNCAPPED_CALLS` calls (today's blocks stop at 1000): whether a
+  model of microseconds per call needs a block of ten thousand of them.
 
 Each result also records the rounds and seconds its contest took. ``--pause S`` waits S seconds between repeats:
 the columns "ort across" and "ov/ort across" then say how far one library's speed, and the two libraries' ratio,
@@ -47,7 +49,9 @@ from rlcompile.models import corpus, load_model
 from rlcompile.runtimes import RuntimeOptions
 
 console = Console(width=160)
-VARIANTS = ("default", "long-blocks", "quiet", "quick", "settled", "fine")
+VARIANTS = ("default", "long-blocks", "quiet", "quick", "settled", "fine", "uncapped")
+#: the ``uncapped`` variant's most calls in one block (the default before it was 1000)
+UNCAPPED_CALLS = 10_000
 #: the ``fine`` variant's blocks and rounds
 FINE = MeasureConfig(warmup=1, min_repeats=2, min_time_s=0.0, max_time_s=5.0, floor_repeats=1)
 FINE_ROUNDS = 25
@@ -73,6 +77,8 @@ def spreads(model_name: str, threads: int, variant: str, repeats: int, pause_s: 
     timing = spread_over(QUICK if variant in ("quick", "settled") else DEFAULT, 5)
     if variant == "long-blocks":
         timing = replace(timing, min_time_s=0.7)
+    if variant == "uncapped":
+        timing = replace(timing, max_repeats=UNCAPPED_CALLS)
     rounds = FINE_ROUNDS if variant == "fine" else 5
     if variant == "fine":
         timing = FINE

@@ -29,7 +29,11 @@ class MeasureConfig:
     min_repeats: int = 10
     min_time_s: float = 1.0
     max_time_s: float = 30.0
-    max_repeats: int = 10_000
+    #: a block's most calls: a model of microseconds per call gains nothing from more (LeNet-5, 0.03-0.05 ms a call,
+    #: on the 2-core VM, three runs of 4-8 contests: ORT's twins a median 1.8-5.3% apart at 1000 calls a block and
+    #: 5.2-10.3% at 10000, OpenVINO's 5.2-8.7% and 2.1-17.7%, each contest in a third of the time;
+    #: ``benchmarks/contest_noise.py --models lenet5 --variants default,uncapped``)
+    max_repeats: int = 1000
     floor_repeats: int = 3
 
     def __post_init__(self) -> None:
