@@ -419,8 +419,13 @@ def measured_plans(problem: SelectionProblem, candidates: list[Candidate], drift
         if candidate.measured is None or (candidate.single and not singles):
             continue
         plans.append((pricing_problem(candidate, problem, whole), candidate.assignment,
-                      candidate.measured.median_ms / plan_drift(drift, problem, candidate)))
+                      at_table_speed(candidate, problem, drift)))
     return plans
+
+
+def at_table_speed(candidate: Candidate, problem: SelectionProblem, drift: Drift) -> float:
+    """A measured candidate's milliseconds at the table's speed: over its plan's drift (:func:`plan_drift`)."""
+    return candidate.measured.median_ms / plan_drift(drift, problem, candidate)
 
 
 def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE, noise: float | None = None) -> Candidate:
@@ -595,6 +600,9 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     if not recalibrated:
         pool_fall_backs(problem.table, timed, gauged, ort_drift, whole)
     drift = gauge_drift(problem.table.notes, single_library_times(timed), gauged, ort_drift)
+    for candidate in timed:
+        if candidate.measured is not None:
+            candidate.probe_ms.append(at_table_speed(candidate, problem, drift))
     fit = fit_plans(problem.table, measured_plans(problem, timed, drift, singles=first), libraries=first)
     moved = {f"x{factor:.2f} on {library}'s groups": factor for library, factor in fit.library_factors.items()
              if abs(factor - 1) > 0.05}  # fmt: skip
@@ -608,8 +616,6 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     for candidate in timed:
         if candidate.segment_ms is not None:
             candidate.segment_drift = [drift.of(item.segment.library) for item in candidate.engine.compiled]
-        if candidate.measured is not None:
-            candidate.probe_ms.append(candidate.measured.median_ms / plan_drift(drift, problem, candidate))
     priced = price_in_context(problem, candidates, progress)
     if priced:
         problem = apply_group_prices(problem, priced)
