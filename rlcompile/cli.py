@@ -87,17 +87,17 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
 
 
 def measure_config(args: argparse.Namespace) -> MeasureConfig:
-    config = QUICK if args.quick else MeasureConfig()
-    if args.min_time is not None:
-        if args.min_time <= 0:
-            raise RlcompileError("--min-time must be positive")
-        config = MeasureConfig(
-            warmup=config.warmup,
-            min_repeats=config.min_repeats,
-            min_time_s=args.min_time,
-            max_time_s=max(config.max_time_s, 3 * args.min_time),
-        )
-    return config
+    return with_min_time(QUICK if args.quick else MeasureConfig(), args.min_time)
+
+
+def with_min_time(config: MeasureConfig, min_time: float | None) -> MeasureConfig:
+    """``config`` with each timing block lasting ``min_time`` seconds (``--min-time``), or as it is."""
+    if min_time is None:
+        return config
+    if min_time <= 0:
+        raise RlcompileError("--min-time must be positive")
+    return MeasureConfig(warmup=config.warmup, min_repeats=config.min_repeats, min_time_s=min_time,
+                         max_time_s=max(config.max_time_s, 3 * min_time))  # fmt: skip
 
 
 def make_backend(name: str, args: argparse.Namespace):
@@ -470,6 +470,7 @@ def command_optimize(args: argparse.Namespace) -> int:
     if args.trials is not None and args.trials < 1:
         raise RlcompileError("empty budget: --trials must be positive")
     levels = parse_levels(args.levels)
+    timing = with_min_time(MeasureConfig(), args.min_time)
     if args.budget is not None:
         budget = parse_duration(args.budget)
     else:
@@ -496,7 +497,8 @@ def command_optimize(args: argparse.Namespace) -> int:
                              trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
                              libraries=args.libraries, precision=contract.precision,
                              data=str(Path(contract.data).resolve()) if contract.data else None,
-                             metric=contract.metric, tolerance=contract.tolerance)  # fmt: skip
+                             metric=contract.metric, tolerance=contract.tolerance,
+                             timing=timing)  # fmt: skip
     request = OptimizeRequest(args.model, args.output, parse_input_shapes(args.input_shape), budget, tuple(levels),
                               settings, started=args.started)  # fmt: skip
     result = optimize(request, log)
@@ -745,6 +747,8 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--budget", default=None, help="wall time, e.g. 90s, 10m, 1h (default 20m; 4m with "
                           "--quick), split across the levels")  # fmt: skip
     optimize.add_argument("--quick", action="store_true", help="a 4-minute budget")
+    optimize.add_argument("--min-time", type=float, default=None,
+                          help="seconds each timing block of the contests repeats a run (default 1)")  # fmt: skip
     optimize.add_argument("--levels", default=None, help=f"comma-separated from {','.join(LEVELS)} (default all)")
     optimize.add_argument("--graph-agent", default="ppo", help=f"{choices(GRAPH_AGENTS)} (default ppo)")
     optimize.add_argument("--strategy", default="chameleon", help=f"kernel search: {choices(KERNEL_STRATEGIES)} "

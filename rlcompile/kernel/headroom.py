@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -159,16 +160,27 @@ def library_times(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: Sequ
                   progress: Listener | None = None) -> dict[str, tuple[str, float]]:  # fmt: skip
     """Each task's fastest library and its median ms on the task's operator alone (tasks without a
     counterpart in the graph are absent)."""
+    return times_until(proto, tasks, libraries, threads, progress, deadline=None)[0]
+
+
+def times_until(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: Sequence[str], threads: int,
+                progress: Listener | None, deadline: float | None) -> tuple[dict[str, tuple[str, float]], list[str]]:
+    """:func:`library_times` until ``deadline`` (a ``time.monotonic()``; ordering the tasks is worth no more
+    than the tuning it orders), and the names of the tasks with a counterpart it did not reach."""
     operators = graph_operators(proto)
     created = {name: runtimes.create(name) for name in libraries}
     created = {name: runtime for name, runtime in created.items() if runtime.unavailable() is None}
     by_key: dict[tuple, tuple[str, float] | None] = {}  # None: no library runs the operator alone
     times: dict[str, tuple[str, float]] = {}
+    untimed: list[str] = []
     for task in tasks:
         key = task_operator_key(task)
         if key is None or key not in operators:
             continue
         if key not in by_key:
+            if deadline is not None and time.monotonic() >= deadline:
+                untimed.append(task.name)
+                continue
             timed = {name: time_operator(operators[key], runtime, threads) for name, runtime in created.items()}
             timed = {name: ms for name, ms in timed.items() if math.isfinite(ms)}
             by_key[key] = min(timed.items(), key=lambda item: item[1]) if timed else None
@@ -176,7 +188,7 @@ def library_times(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: Sequ
                 progress(Event("kernel", f"kernel: {task.label}: {fastest[0]} {fastest[1]:.3f} ms alone"))
         if (fastest := by_key[key]) is not None:
             times[task.name] = fastest
-    return times
+    return times, untimed
 
 
 def assess(tasks: Sequence[Task], times: Mapping[str, tuple[str, float]], peak: Peak | None) -> list[TaskHeadroom]:
@@ -246,9 +258,11 @@ class Headroom:
 
 
 def measure_headroom(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: Sequence[str], threads: int,
-                     saved: Path, cache_dir: Path, progress: Listener | None = None) -> Headroom:  # fmt: skip
-    """The peak at ``threads`` (cached per CPU in ``cache_dir``) and each task's best library time, kept in
-    ``saved`` for the same model, libraries, threads and CPU, so a resumed run does not time them again."""
+                     saved: Path, cache_dir: Path, progress: Listener | None = None,
+                     deadline: float | None = None) -> Headroom:  # fmt: skip
+    """The peak at ``threads`` (cached per CPU in ``cache_dir``) and each task's best library time until
+    ``deadline``, kept in ``saved`` for the same model, libraries, threads and CPU, so a resumed run does not
+    time them again (it times only those the deadline left out)."""
     try:
         peak, note = fma_peak(threads, cache_dir), None
     except PeakUnknown as error:
@@ -259,10 +273,15 @@ def measure_headroom(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: S
         cached = json.loads(saved.read_text()) if saved.exists() else {}
     except (OSError, ValueError):
         cached = {}
-    if cached.get("key") == key:
-        times = {name: (library, ms) for name, (library, ms) in cached["times"].items()}
-    else:
-        times = library_times(proto, tasks, libraries, threads, progress)
-        atomic.write_json(saved, {"key": key, "times": times}, indent=1)
-    return Headroom(peak.gflops if peak else None, assess(tasks, times, peak), note,
-                    peak.bandwidth_gbs if peak else None)  # fmt: skip
+    times = {name: (library, ms) for name, (library, ms) in cached["times"].items()} if cached.get("key") == key else {}
+    missing = tasks if cached.get("key") != key else [t for t in tasks if t.name in cached.get("untimed", [])]
+    untimed: list[str] = []
+    if missing:
+        found, untimed = times_until(proto, missing, libraries, threads, progress, deadline)
+        times |= found
+        atomic.write_json(saved, {"key": key, "times": times, "untimed": untimed}, indent=1)
+    rows = assess(tasks, times, peak)
+    for row in rows:
+        if row.task in untimed:
+            row.reason = "not timed in a library before the deadline: tuned as before"
+    return Headroom(peak.gflops if peak else None, rows, note, peak.bandwidth_gbs if peak else None)

@@ -317,7 +317,7 @@ def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], 
         libraries = [name for name in runtimes.parse(settings.libraries) if name != "tvm"]
         saved = context.work / TUNING / HEADROOM_FILE
         found.append(measure_headroom(model.static_proto(), tasks, libraries, settings.threads, saved, cache_root(),
-                                      context.progress))  # fmt: skip
+                                      context.progress, deadline))  # fmt: skip
         ordered, skipped = tuning_order(tasks, found[0].rows)
         for task in tasks:
             if task.name in skipped:

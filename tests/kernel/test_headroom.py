@@ -3,6 +3,8 @@ ordered (or left out) by what a tuned kernel could win."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rlcompile.kernel import headroom
@@ -79,10 +81,31 @@ def test_the_library_times_are_kept_for_a_resumed_run(lenet_tasks, tmp_path, mon
     model, tasks = lenet_tasks
     saved = tmp_path / headroom.HEADROOM_FILE
     first = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path)
-    monkeypatch.setattr(headroom, "library_times", lambda *a, **k: pytest.fail("timed again"))
+    monkeypatch.setattr(headroom, "times_until", lambda *a, **k: pytest.fail("timed again"))
     again = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path)
     assert [row.to_dict() for row in again.rows] == [row.to_dict() for row in first.rows]
     assert first.peak_gflops and first.bandwidth_gbs and any(row.fraction_of_roofline for row in first.rows)
+
+
+def test_timing_stops_at_the_deadline_and_a_resumed_run_times_only_what_it_left(lenet_tasks, tmp_path, monkeypatch):
+    """The kernel stage's share is the deadline: a 5 s share on a 65-group model spent 8 s ordering 36 tasks."""
+    model, tasks = lenet_tasks
+    saved = tmp_path / headroom.HEADROOM_FILE
+    late = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path, deadline=0.0)
+    assert not any(row.library_ms for row in late.rows)
+    untimed = json.loads(saved.read_text())["untimed"]
+    assert untimed and all("deadline" in row.reason for row in late.rows if row.task in untimed)
+    asked: list[list[str]] = []
+    times_until = headroom.times_until
+
+    def recorded(proto, todo, *rest):
+        asked.append([task.name for task in todo])
+        return times_until(proto, todo, *rest)
+
+    monkeypatch.setattr(headroom, "times_until", recorded)
+    resumed = headroom.measure_headroom(model.static_proto(), tasks, ["ort"], 1, saved, tmp_path)
+    assert asked == [untimed] and json.loads(saved.read_text())["untimed"] == []
+    assert {row.task for row in resumed.rows if row.library_ms} == set(untimed)
 
 
 def test_a_convolution_fused_with_a_clip_finds_its_operator():

@@ -21,6 +21,7 @@ from rlcompile.cli import main
         (["--libraries", "ort,cudnn"], "cudnn"),
         (["--trials", "0"], "--trials"),
         (["--threads", "0"], "--threads"),
+        (["--min-time", "0"], "--min-time must be positive"),
     ],
 )
 def test_bad_options_get_one_line_and_status_2(extra, message, tmp_path: Path, capsys):
