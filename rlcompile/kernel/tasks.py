@@ -24,7 +24,7 @@ import onnx
 
 from rlcompile import atomic
 from rlcompile.errors import RlcompileError, RlcompileWarning, check_choice, first_line
-from rlcompile.models import LoadedModel, load_model
+from rlcompile.models import LoadedModel, zoo
 from rlcompile.models.onnx_model import static_shapes
 from rlcompile.names import LAYOUTS
 from rlcompile.tvm_bridge import import_onnx, load_tensor_intrinsics, module_key, tvm
@@ -119,8 +119,10 @@ def conv_shapes(proto: onnx.ModelProto) -> list[ConvShape]:
 
 @functools.cache
 def zoo_conv_shapes(model_name: str) -> tuple[ConvShape, ...]:
-    """Distinct convolutions of a zoo model (loading VGG-16 takes seconds: computed once per process)."""
-    return tuple(conv_shapes(load_model(model_name).proto))
+    """Distinct convolutions of a zoo model, in the order they run (:func:`rlcompile.models.zoo.conv_layers`: those
+    of its ONNX graph, read without exporting it)."""
+    return tuple(ConvShape(**{key: tuple(value) if isinstance(value, list) else value for key, value in conv.items()})
+                 for conv in zoo.conv_layers(model_name))  # fmt: skip
 
 
 def seed_layer(name: str, target: tvm.target.Target) -> Task:

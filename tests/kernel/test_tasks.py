@@ -6,7 +6,7 @@ import pytest
 
 from rlcompile.errors import RlcompileError
 from rlcompile.kernel.api import load_tasks, select_tasks
-from rlcompile.kernel.tasks import SEED_LAYERS, ConvShape, conv_shapes, seed_layer
+from rlcompile.kernel.tasks import SEED_LAYERS, ConvShape, conv_shapes, seed_layer, zoo_conv_shapes
 from rlcompile.models import load_model
 
 #: The seeds' Table 2 layers, as the k-th distinct convolution of each network.
@@ -38,6 +38,8 @@ def test_resnet18_has_eleven_distinct_convolutions() -> None:
     shapes = conv_shapes(load_model("resnet18").proto)
     assert len(shapes) == 11
     assert shapes[0] == ConvShape(1, 3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3))
+    # the seed layers' shapes are read from the module as it runs, not from its export: the same workloads
+    assert zoo_conv_shapes("resnet18") == tuple(shapes)
 
 
 def test_model_tasks_are_sorted_by_work_and_labelled(target) -> None:

@@ -25,7 +25,7 @@ from rlcompile.verify import compare_outputs
 #: what these tests check is what the pipeline decides and records, not how finely (a 0.1 ms model's final contest
 #: took 30 of lenet5's 114 s at the default 1 s blocks on the slowed VM). The graph stage's agent is the greedy one:
 #: the stage's reuse is checked, not the agent (PPO's training took 6-11 of the fixture's 58 s).
-SETTINGS = StageSettings(graph_agent="greedy", threads=2, trials=24, timing=QUICK)
+SETTINGS = StageSettings(graph_agent="greedy", threads=2, trials=24, libraries="ort,openvino,tvm", timing=QUICK)
 BUDGET_S = 150.0
 
 
