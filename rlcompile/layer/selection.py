@@ -642,7 +642,13 @@ def plan_drift(drift: Drift, problem: SelectionProblem, candidate: Candidate) ->
     """How much slower ``candidate`` runs now than at the table's calibration: by its libraries' shares of its time,
     a plan of one library as that library. A single-library plan that falls back to ONNX Runtime for the groups its
     library does not run is such a mix: on the slowed 2-core VM (select-predictions/25) OpenVINO's fall-back plans of
-    10-16 segments, half their groups in ORT, drifted as OpenVINO alone came out 1.18-1.24x their prediction."""
+    10-16 segments, half their groups in ORT, drifted as OpenVINO alone came out 1.18-1.24x their prediction.
+
+    A plan of one library throughout drifts as that library: so does a precision plan, one runtime running the model
+    whole, whose runtime the table may have no price for on some groups (a profile cut short prices them in the
+    default library only)."""
+    if len(libraries := set(candidate.assignment)) == 1:
+        return drift.of(libraries.pop())
     return drift.of_plan(problem, problem.choices(candidate.assignment))
 
 

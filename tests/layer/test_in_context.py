@@ -135,6 +135,10 @@ def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mix
     assert 1.5 < plan_drift(drift, calibrated, mixed) < 3.0
     only_b = Candidate(["b"], ["b", "b", "b"], 0.0)
     assert plan_drift(drift, calibrated, only_b) == pytest.approx(1.5)
+    # a precision plan: one runtime runs the whole model, one the table has no price for (optimize ocr-rec
+    # --precision auto ended in a traceback when its profile, cut short, had priced most groups in ONNX Runtime only)
+    whole = Candidate(["precision:uniform (c bf16)"], ["c", "c", "c"], 2.0)
+    assert plan_drift(Drift({"c": 1.2}), calibrated, whole) == pytest.approx(1.2)
 
 
 def test_a_correction_reaches_every_group_of_the_kind_it_measured_timed_or_not():
