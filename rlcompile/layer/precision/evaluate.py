@@ -39,6 +39,8 @@ class Evaluation:
     within: bool = False
     failure: str | None = None
     seconds: float = 0.0
+    #: the median ms when timed in turns with the fp32 plans, before the final contest (``api.screen``)
+    screened_ms: float | None = None
 
     @property
     def ms(self) -> float:
