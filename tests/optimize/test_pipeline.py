@@ -24,7 +24,8 @@ from rlcompile.verify import compare_outputs
 #: ample and the trials bound the work on a machine at its usual speed. The contests time at ``--quick``'s blocks:
 #: what these tests check is what the pipeline decides and records, not how finely (a 0.1 ms model's final contest
 #: took 30 of lenet5's 114 s at the default 1 s blocks on the slowed VM). The graph stage's agent is the greedy one:
-#: the stage's reuse is checked, not the agent (PPO's training took 6-11 of the fixture's 58 s).
+#: the stage's reuse is checked, not the agent (PPO's training took 6-11 of the fixture's 58 s). PyTorch is left out
+#: of the layer stage (its TorchScript compiles per group cost 2-3 s a run; the layer tests cover it).
 SETTINGS = StageSettings(graph_agent="greedy", threads=2, trials=24, libraries="ort,openvino,tvm", timing=QUICK)
 BUDGET_S = 150.0
 
