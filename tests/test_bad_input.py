@@ -38,6 +38,7 @@ MODEL_CASES = {
     "unknown name": ("resnet-9000", [], "unknown model"),
     "not onnx": ("{garbage}", [], "cannot read ONNX model"),
     "truncated onnx": ("{truncated}", [], "ONNX model"),
+    "a directory (an unfinished plan)": ("{tmp}", [], "not an ONNX file nor a finished plan directory"),
     "dynamic dims without shapes": ("{dynamic}", [], "has dynamic dims"),
     "wrong --input-shape name": ("{dynamic}", ["--input-shape", "image=1,3,8,8"], "has inputs: x["),
     "wrong --input-shape rank": ("{dynamic}", ["--input-shape", "x=1,3,8"], "has 3 dims"),

@@ -154,7 +154,8 @@ def read_onnx(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise ModelError(f"no such model file: {path}")
     if path.is_dir():
-        raise ModelError(f"{path} is a directory, not an ONNX file")
+        raise ModelError(f"{path} is a directory, not an ONNX file nor a finished plan directory (it has no "
+                         "manifest.json: re-running the command that wrote it finishes it)")  # fmt: skip
     try:
         proto = onnx.load(str(path))
     except Exception as error:  # protobuf raises several unrelated types on garbage
