@@ -273,8 +273,10 @@ def measure_headroom(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: S
         cached = json.loads(saved.read_text()) if saved.exists() else {}
     except (OSError, ValueError):
         cached = {}
-    times = {name: (library, ms) for name, (library, ms) in cached["times"].items()} if cached.get("key") == key else {}
-    missing = tasks if cached.get("key") != key else [t for t in tasks if t.name in cached.get("untimed", [])]
+    if cached.get("key") != key:
+        cached = {"times": {}, "untimed": [task.name for task in tasks]}
+    times = {name: (library, ms) for name, (library, ms) in cached["times"].items()}
+    missing = [task for task in tasks if task.name in cached.get("untimed", [])]
     untimed: list[str] = []
     if missing:
         found, untimed = times_until(proto, missing, libraries, threads, progress, deadline)

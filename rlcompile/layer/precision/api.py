@@ -34,6 +34,7 @@ from rlcompile.layer.selection import native_timers as make_native_timers
 from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import DEFAULT, Contender, MeasureConfig, Settle, run_contest
 from rlcompile.models.onnx_model import random_tensor
+from rlcompile.runtimes import Runner
 from rlcompile.runtimes.ort import run_proto_on_each
 from rlcompile.threads import wind_down_s
 from rlcompile.verify import compare_outputs
@@ -176,33 +177,31 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
                         deadline: float | None = None) -> list[Candidate]:  # fmt: skip
     """The fastest distinct plans within tolerance (each search's best first), as one-segment candidates;
     only plans that run faster than every exact (fp32) plan when timed in turns with them (:func:`screen`)."""
-    exact = sorted((e for e in evaluator.cache.values() if e.plan.exact and e.failure is None), key=lambda e: e.ms)
+    exact = [e for e in evaluator.cache.values() if e.plan.exact and e.failure is None]
     within = sorted((e for e in evaluator.cache.values() if e.within and e.failure is None and not e.plan.exact),
                     key=lambda e: e.ms)  # fmt: skip
     pool: list[Evaluation] = []
     for evaluation in [*(s.best for s in searches if s.best and not s.best.plan.exact), *within]:
         if evaluation not in pool and len(pool) < SCREENED:
             pool.append(evaluation)
-    if pool and exact:
-        screen(evaluator, exact + pool, deadline)
-    exact_ms = min((e.screened_ms or e.ms for e in exact), default=np.inf)
-    chosen = sorted((e for e in pool if (e.screened_ms or e.ms) < exact_ms), key=lambda e: e.screened_ms or e.ms)
-    chosen = chosen[:FINALISTS]
+    runners = screen(evaluator, exact + pool, deadline) if pool and exact else {}
+    exact_ms = min((e.ranking_ms for e in exact), default=np.inf)
+    chosen = sorted((e for e in pool if e.ranking_ms < exact_ms), key=lambda e: e.ranking_ms)[:FINALISTS]
     found_by = {id(s.best): s.solver for s in searches if s.best}
-    return [candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"))
-            for e in chosen]  # fmt: skip
+    return [candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"),
+                         runners.get(e.plan)) for e in chosen]  # fmt: skip
 
 
-def screen(evaluator: Evaluator, evaluations: list[Evaluation], deadline: float | None) -> None:
+def screen(evaluator: Evaluator, evaluations: list[Evaluation], deadline: float | None) -> dict[PrecisionPlan, Runner]:
     """Set each evaluation's :attr:`~Evaluation.screened_ms`: its plan timed in turns with the others
     (:data:`SCREEN_ROUNDS` rounds of the evaluator's brief blocks, ending by ``deadline``); a plan that no longer
-    compiles keeps only its brief time.
+    compiles keeps only its brief time. Returns the runners it compiled (a finalist's candidate runs its own).
 
     The searches time each plan once, briefly: on the 2-core Zen 4 VM, which runs 1.5-2x slower in spells of
     tens of seconds, OpenVINO bf16's one block on PaddleOCR's recogniser measured 9.15 ms against fp32's 9.14 ms,
     so bf16 (0.61x fp32 in turns) was left out of the final contest and ``optimize --precision auto`` kept fp32."""
     feeds = evaluator.samples.feeds(evaluator.samples.validation[0])
-    contenders, timed = [], {}
+    contenders, timed, runners = [], {}, {}
     for index, evaluation in enumerate(evaluations):
         try:
             runner = evaluator.compile(evaluation.plan)
@@ -211,23 +210,26 @@ def screen(evaluator: Evaluator, evaluations: list[Evaluation], deadline: float 
         label = f"{index}: {evaluation.plan.label(len(evaluator.units))}"  # labels alone repeat (int8 k/n groups)
         pause = wind_down_s(evaluation.plan.mode.runtime, exclusive=True)
         contenders.append(Contender(label, runner.timer(feeds), wind_down_s=pause))
-        timed[label] = evaluation
+        timed[label], runners[evaluation.plan] = evaluation, runner
     settle = Settle(max_batches=1, deadline=deadline) if deadline is not None else None
     standings = run_contest(contenders, evaluator.timing, SCREEN_ROUNDS, settle)
     for label, evaluation in timed.items():
         evaluation.screened_ms = standings.median(label)
+    return runners
 
 
 def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Selection, contract: AccuracyContract,
-                 samples: Samples, fp32_error: float, found_by: str) -> Candidate:  # fmt: skip
-    """A one-segment candidate that runs ``evaluation``'s plan, with its accuracy record."""
+                 samples: Samples, fp32_error: float, found_by: str,
+                 runner: Runner | None = None) -> Candidate:  # fmt: skip
+    """A one-segment candidate that runs ``evaluation``'s plan (on ``runner`` when it is already compiled, as
+    :func:`screen` compiles it), with its accuracy record."""
     source, grouped, plan = evaluator.grouped, selection.grouped, evaluation.plan
     units = evaluator.units
     segment = Segment(plan.mode.runtime, list(range(len(source.groups))), list(source.inputs),
                       list(source.outputs), evaluator.model(plan), plan.mode.floats)  # fmt: skip
     label = f"{PRECISION}{found_by} ({plan.label(len(units))})"
-    candidate = Candidate([label], [plan.mode.runtime] * len(grouped.groups), evaluation.screened_ms or evaluation.ms)
-    runner = evaluator.compile(plan, exclusive=True)
+    candidate = Candidate([label], [plan.mode.runtime] * len(grouped.groups), evaluation.ranking_ms)
+    runner = evaluator.compile(plan, exclusive=True) if runner is None else runner
     candidate.engine = SegmentEngine([CompiledSegment(segment, runner, runner.prepare_seconds)], grouped.inputs,
                                      grouped.outputs)  # fmt: skip
     candidate.agreement = compare_outputs(selection.reference_outputs(), candidate.engine.run(grouped.feeds))

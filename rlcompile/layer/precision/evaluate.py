@@ -46,6 +46,11 @@ class Evaluation:
     def ms(self) -> float:
         return self.latency.median_ms if self.latency else float("inf")
 
+    @property
+    def ranking_ms(self) -> float:
+        """What the plan is ranked by: its time in turns with the fp32 plans when screened, else the brief one."""
+        return self.screened_ms if self.screened_ms is not None else self.ms
+
 
 @dataclass
 class Evaluator:
