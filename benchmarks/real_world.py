@@ -2,7 +2,7 @@
 
     python benchmarks/real_world.py [--models hf:bert-minilm,cf:gated,ocr-det,...|all] [--families text,vision]
                                     [--commands run,compare,tasks,graph,select,optimize]
-                                    [--out results/real_world]
+                                    [--out results/real_world] [--full-timing] [--select-budget 180s]
 
 Models: the corpus (``rlcompile.models.corpus``: Hugging Face architectures exported by ``torch.onnx`` from
 their configs with random weights, control-flow models, the zoo, PaddleOCR's packaged models), built
@@ -13,7 +13,8 @@ line that says why (the error line, else the last line), whether a traceback was
 ``optimize``, the output's latency against the faster native library with the twins' noise. Expected
 outcomes: exit 0, or exit 2 with one line naming what is unsupported; a traceback or exit 1 is a bug.
 Results go to ``real_world.json`` as each command finishes (written in one step); a re-run skips what
-is there (``--redo`` runs the selected ones again).
+is there (``--redo`` runs the selected ones again). ``--full-timing`` runs every command without
+``--quick`` (each measurement at the default timing), ``--select-budget`` gives ``select`` another budget.
 """
 
 from __future__ import annotations
@@ -99,9 +100,21 @@ def model_specs(names: list[str], out: Path) -> dict[str, list[str]]:
     return specs
 
 
-def try_command(model: list[str], command: str, out: Path) -> dict:
-    """Run one command in a fresh output folder (a finished output is never reused) and describe how it went."""
-    arguments = [part.format(out=out) for part in COMMANDS[command]]
+def command_arguments(command: str, full_timing: bool = False, select_budget: str | None = None) -> list[str]:
+    """``command``'s arguments (:data:`COMMANDS`); ``full_timing``: without ``--quick`` (every measurement at the
+    default timing: longer blocks, more rounds); ``select_budget``: ``select``'s ``--budget`` instead of 60 s."""
+    arguments = list(COMMANDS[command])
+    if full_timing and "--quick" in arguments:
+        arguments.remove("--quick")
+    if select_budget is not None and command == "select":
+        arguments[arguments.index("--budget") + 1] = select_budget
+    return arguments
+
+
+def try_command(model: list[str], command: str, out: Path, arguments: list[str] | None = None) -> dict:
+    """Run one command in a fresh output folder (a finished output is never reused) and describe how it went;
+    ``arguments``: the command's (default: :data:`COMMANDS`'), ``{out}`` standing for that folder."""
+    arguments = [part.format(out=out) for part in (COMMANDS[command] if arguments is None else arguments)]
     argv = ["rlcompile", command, model[0], *arguments, *model[1:]]
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -218,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commands", default=",".join(COMMANDS))
     parser.add_argument("--out", type=Path, default=Path("results/real_world"))
     parser.add_argument("--redo", action="store_true", help="run the selected (model, command) pairs again")
+    parser.add_argument("--full-timing", action="store_true",
+                        help="run the commands without --quick: every measurement at the default timing")
+    parser.add_argument("--select-budget", default=None, help="select's --budget (default 60s)")
     args = parser.parse_args(argv)
     path = args.out / "real_world.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
@@ -228,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             if key in saved and not args.redo:
                 continue
             console.log(key)
-            saved[key] = try_command(model, command, run_folder(args.out, name, command))
+            arguments = command_arguments(command, args.full_timing, args.select_budget)
+            saved[key] = try_command(model, command, run_folder(args.out, name, command), arguments)
             atomic.write_json(path, saved, indent=1)
     for key, row in saved.items():  # rows from before the predictions were recorded, while their plans are on disk
         if key.endswith("/select") and ("plans" not in row or "noise" not in row):
