@@ -167,7 +167,8 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
              "predicted_ms": c.get("predicted_ms"), "expected_ms": expected.get(", ".join(c["labels"])),
              "measured_ms": c.get("measured_ms"), "measured_over_expected": ratios.get(", ".join(c["labels"])),
              "round_ratio": by_round.get(", ".join(c["labels"])),
-             "probed": c.get("probed"), "single": c.get("single"), "probe_ms": c.get("probe_ms") or []}
+             "probed": c.get("probed"), "single": c.get("single"), "probe_ms": c.get("probe_ms") or [],
+             "rounds": len(c.get("round_ms") or {}), "contest_rounds": selection.get("rounds")}
             for c in selection["candidates"]]  # fmt: skip
 
 
@@ -257,6 +258,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def rounds_line(plans: list[list[dict] | None]) -> list[str]:
+    """How the plans timed in every round of their final contest were predicted, against those timed in fewer (left
+    at the first batch's rounds, out of contention): what a plan's number of blocks does to its measurement."""
+    every = [plan for one in plans for plan in one or [] if plan.get("rounds") and plan.get("contest_rounds")]
+    if not every:
+        return []
+    full = [plan for plan in every if plan["rounds"] >= plan["contest_rounds"]]
+    fewer = [plan for plan in every if plan["rounds"] < plan["contest_rounds"]]
+    (full_within, full_priced, _), (fewer_within, fewer_priced, _) = predicted(full), predicted(fewer)
+    return ["", f"Plans timed in every round of their final contest: {full_within} of {full_priced} within "
+                f"{PREDICTION_BAND:.0%}; timed in fewer (out of contention after a batch): {fewer_within} of "
+                f"{fewer_priced}."]
+
+
 def markdown_summary(saved: dict) -> str:
     """One row per model: each command's exit status and seconds, ``optimize``'s ratio to the faster native with
     its twins' noise and contest rounds; then every outcome other than exit 0, with its line."""
@@ -305,6 +320,7 @@ def markdown_summary(saved: dict) -> str:
                       f"{again} measured within {PREDICTION_BAND:.0%} of their probe's own measurement (both at the "
                       f"table's speed: what no table can beat), and the table predicted {fitted} within "
                       f"{PREDICTION_BAND:.0%} of that probe's measurement (the fit on the plans it was fitted on)."]
+    lines += rounds_line(plans)
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]

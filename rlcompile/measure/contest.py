@@ -97,13 +97,16 @@ class Settle:
     Later batches time only the contenders still in contention: those within ``contention`` of the fastest
     (far beyond any noise a settled contest leaves), and every twin with the contender it copies. A plan
     measured 1.5x slower than the best after the first batch keeps that measurement; timing it longer would
-    change no decision and would take the time the close ones need.
+    change no decision and would take the time the close ones need. With ``everyone``, a batch times every
+    contender while a batch of all of them fits, and only those in contention when just that fits: for a
+    contest whose every measurement is reported and checked against a prediction (the layer level's final one).
     """
 
     target: float = SETTLED_NOISE
     max_batches: int = 4
     deadline: float | None = None
     contention: float = 0.10
+    everyone: bool = False
 
     def allows(self, noise: float | None, batches: int, batch_seconds: float) -> bool:
         """Whether one more batch is measured."""
@@ -266,8 +269,8 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
                              blocks=blocks)  # fmt: skip
     standings, batches = tally(contenders, samples, done, blocks), 1
     while settle is not None and done == batches * rounds:
-        active = in_contention(contenders, standings, settle.contention)
-        if not settle.allows(standings.noise, batches, sum(turns[i] for i in active)):
+        active = settling_batch(contenders, standings, settle, batches, turns)
+        if not active:
             break
         spent, _ = take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng,
                               in_order_first=False, wind_down_s=[pauses[i] for i in active],
@@ -277,6 +280,16 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
         batches, done = batches + 1, done + rounds
         standings = tally(contenders, samples, done, blocks)
     return standings
+
+
+def settling_batch(contenders: Sequence[Contender], standings: Standings, settle: Settle, batches: int,
+                   turns: Sequence[float]) -> list[int]:  # fmt: skip
+    """Indices of the contenders the next settling batch times, by how long each one's turns took in the last
+    batch (``turns``); none when the contest is settled or out of time (:class:`Settle`)."""
+    if settle.everyone and settle.allows(standings.noise, batches, sum(turns)):
+        return list(range(len(contenders)))
+    close = in_contention(contenders, standings, settle.contention)
+    return close if settle.allows(standings.noise, batches, sum(turns[i] for i in close)) else []
 
 
 def in_contention(contenders: Sequence[Contender], standings: Standings, contention: float) -> list[int]:

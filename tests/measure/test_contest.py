@@ -104,6 +104,26 @@ def test_settling_batches_time_only_the_contenders_still_in_contention():
     assert settled["far behind"].repeats == 15  # the first batch only: 3x the fastest, out of contention
 
 
+def test_a_contest_that_settles_everyone_times_every_contender_while_a_batch_of_all_of_them_fits():
+    contenders = [Contender("original", sleeper(2)), Contender("twin", slow_at_first(2, 4, 10), twin_of="original"),
+                  Contender("close", sleeper(2.05)), Contender("far behind", sleeper(6))]  # fmt: skip
+    settled = run_contest(contenders, BLOCKS, rounds=5, settle=Settle(target=0.2, everyone=True))
+    assert settled.rounds >= 10
+    assert settled["far behind"].repeats == settled["original"].repeats == 3 * settled.rounds
+    assert sorted(settled.round_ms["far behind"]) == list(range(settled.rounds))
+
+
+def test_a_contest_that_settles_everyone_times_only_the_close_ones_when_just_they_fit():
+    # the first batch: 5 rounds of 3 calls, 0.9 s far behind and 0.03 s each of the others; 0.5 s are left then,
+    # enough for the close ones' batches but not for one of everyone
+    contenders = [Contender("original", sleeper(2)), Contender("twin", sleeper(3), twin_of="original"),
+                  Contender("far behind", sleeper(60))]  # fmt: skip
+    settle = Settle(target=0.2, everyone=True, deadline=time.monotonic() + 1.5)
+    settled = run_contest(contenders, BLOCKS, rounds=5, settle=settle)
+    assert settled.rounds > 5 and settled["far behind"].repeats == 15
+    assert settled["original"].repeats == 3 * settled.rounds
+
+
 def test_a_contest_fitted_to_a_deadline_times_a_slow_model_once_per_block():
     from rlcompile.measure.contest import fit_within
 
