@@ -38,10 +38,16 @@ FACTOR_RANGE = (0.1, 10.0)
 #: with ORT/OpenVINO plans of 19-25 segments that measured 3.2-4.1x their prediction (hf:mobilenet-v2,
 #: hf:clip-vision, ``select --budget 60s`` on the 2-core VM).
 BOUNDARY_SCALE_RANGE = (0.5, 20.0)
-#: How strongly each factor is held at its current value (relative to its share of the plans' time): weak, so that
-#: one measured plan moves the factors it alone determines, and an undetermined split between a library and its
-#: crossings moves each in proportion to what it weighs.
-PRIOR = 1e-3
+#: How strongly each factor is held at its current value, in proportion to its share of the plans' time: weak, so
+#: that one measured plan moves the factors it alone determines, and an undetermined split between a library and its
+#: crossings moves each by the same factor. (Held in proportion to the square of its share, the split moved each by
+#: the same milliseconds: a library with a few ms of groups beside a fall-back plan's crossings took the whole
+#: excess as a factor on its groups. PyTorch's factor came out at a bound of FACTOR_RANGE, 0.1 or 10, or at 4.3-7.8
+#: in 7 of 32 runs of tallies 37-39; on hf:levit at 0.1 its stem convolutions, 2.15 ms standalone and 2.0-2.3 ms
+#: inside its plans, were priced 0.26 ms, and the plan that ran them in PyTorch was measured 1.25-1.33x its
+#: prediction in two tallies.) Its weight: a factor that one plan alone determines is held back by about PRIOR / its
+#: share (relative), 0.02% for a crossing of 5% of a plan.
+PRIOR = 1e-5
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ def fit_plans(table: LookupTable, plans: Sequence[tuple[SelectionProblem, Sequen
     if not names:
         return PlanFit()
     current, low, high = np.array([bounds(table, name, cumulative) for name in names]).T
-    held = np.sqrt(PRIOR) * np.sqrt((matrix**2).mean(axis=0))
+    held = np.sqrt(PRIOR * matrix.sum(axis=0))
     solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held * current]),
                                      low, high)  # fmt: skip
     fit = PlanFit()

@@ -72,6 +72,18 @@ def test_an_undetermined_split_moves_both_and_predicts_the_plan():
     assert predicted(table, ["a", "b", "b"]) == pytest.approx(2.0, rel=0.01)
 
 
+def test_an_undetermined_split_moves_a_small_library_and_large_crossings_by_the_same_factor():
+    """b's 2.5 ms of groups beside 5 ms of crossings, one plan measured at 6 ms against 8.5 priced: nothing tells
+    the two apart, so both take the same factor (by the same milliseconds, b's groups took 0.5 and the crossings
+    0.75)."""
+    table = chain(crossing_ms=5.0)
+    problem = SelectionProblem(table)
+    fit = fit_plans(table, plans(problem, (["a", "a", "a"], 3.0), (["a", "b", "b"], 6.0)))
+    assert fit.library_factors["b"] == pytest.approx(fit.boundary_scales["a|b"], rel=0.05)
+    apply_fit(table, fit)
+    assert predicted(table, ["a", "b", "b"]) == pytest.approx(6.0, rel=0.01)
+
+
 def test_factors_stay_within_their_ranges_counting_what_earlier_fits_applied():
     table = chain(crossing_ms=1.0, notes={"context_factor": {"b": 0.5 * FACTOR_RANGE[1]}})
     problem = SelectionProblem(table)
