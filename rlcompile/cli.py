@@ -733,7 +733,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "operator, run layer by layer (writes plan.json)")  # fmt: skip
     select.add_argument("-o", "--output", type=Path, default=None, help="where the plan goes (default MODEL.plan/)")
     select.add_argument("--table-dir", type=Path, default=None, help="where lookup tables are kept (default: next "
-                        "to the model)")  # fmt: skip
+                        "to the model file; the cache for zoo and packaged models)")  # fmt: skip
     select.add_argument("--budget", default=None, help="wall time, e.g. 90s or 5m: the profile stops adding "
                         "libraries in time for the final contest to end by it (default: profile every group fully)")
     add_precision_arguments(select)

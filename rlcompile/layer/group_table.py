@@ -69,8 +69,8 @@ from rlcompile.measure import (
     measure_latency,
     run_contest,
 )
+from rlcompile.models import tables_home
 from rlcompile.models.onnx_model import LoadedModel
-from rlcompile.models.zoo import cache_dir
 from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.threads import spinning_allowed, wind_down_s
@@ -191,7 +191,7 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
     machine = hashlib.sha1(identity.encode()).hexdigest()[:10]
     content = hashlib.sha1(model.serialized).hexdigest()[:10]
     if directory is None:
-        directory = cache_dir() if model.source.startswith("zoo:") else Path(model.source).parent
+        directory = tables_home(model)
     return directory / f"{model.name}.groups-{content}-{machine}.json"
 
 

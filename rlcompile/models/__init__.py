@@ -21,9 +21,9 @@ from rlcompile.models.onnx_model import (
     read_onnx,
 )
 from rlcompile.models.packaged import PACKAGED, packaged_path
-from rlcompile.models.zoo import ZOO, export_path, get_entry
+from rlcompile.models.zoo import ZOO, cache_dir, export_path, get_entry
 
-__all__ = ["PACKAGED", "ZOO", "LoadedModel", "TensorSpec", "load_model", "parse_input_shapes"]
+__all__ = ["PACKAGED", "ZOO", "LoadedModel", "TensorSpec", "load_model", "parse_input_shapes", "tables_home"]
 
 
 def load_model(spec: str, input_shapes: Mapping[str, Shape] | None = None) -> LoadedModel:
@@ -35,6 +35,15 @@ def load_model(spec: str, input_shapes: Mapping[str, Shape] | None = None) -> Lo
         return load_packaged_model(spec, input_shapes)
     check_model_spec(spec)
     return load_onnx_file(Path(spec), input_shapes)
+
+
+def tables_home(model: LoadedModel) -> Path:
+    """Where a model's lookup tables are kept unless the user says: next to the user's file; in the cache for a zoo
+    or packaged model (a wheel's folder in site-packages is not the user's to write in)."""
+    packaged = model.name in PACKAGED and not model.source.startswith("zoo:")
+    if model.source.startswith("zoo:") or (packaged and Path(model.source) == packaged_path(model.name)):
+        return cache_dir()
+    return Path(model.source).parent
 
 
 def check_model_spec(spec: str) -> None:

@@ -12,8 +12,9 @@ import pytest
 
 from rlcompile import runtimes
 from rlcompile.errors import DynamicShapeError, ModelError
-from rlcompile.models import load_model
+from rlcompile.models import load_model, tables_home
 from rlcompile.models.packaged import packaged_path
+from rlcompile.models.zoo import cache_dir
 from rlcompile.verify import compare_outputs
 
 
@@ -34,6 +35,15 @@ def test_packaged_model_loads_by_name_with_its_shape_or_the_users() -> None:
     assert load_model("ocr-cls").inputs[0].shape == (1, 3, 48, 192)
     model = load_model("ocr-cls", {"x": (1, 3, 48, 96)})
     assert (model.name, model.inputs[0].shape) == ("ocr-cls", (1, 3, 48, 96))
+
+
+def test_a_packaged_models_tables_go_to_the_cache_and_a_users_file_keeps_them_beside_it(tmp_path: Path) -> None:
+    """A wheel's folder in site-packages is not the user's to write in (select wrote its table there once)."""
+    source = shipped_model("ocr-cls")
+    assert tables_home(load_model("ocr-cls")) == cache_dir()
+    copy = tmp_path / "ocr-cls.onnx"
+    copy.write_bytes(source.read_bytes())
+    assert tables_home(load_model(str(copy), {"x": (1, 3, 48, 192)})) == tmp_path
 
 
 @pytest.mark.parametrize(("name", "shape"), [("ocr-cls", (1, 3, 48, 192)), ("ocr-det", (1, 3, 96, 96))])

@@ -29,8 +29,8 @@ from rlcompile.layer.table import (
 )
 from rlcompile.machine import cpu_identity, environment
 from rlcompile.measure import MeasureConfig, measure_latency
+from rlcompile.models import tables_home
 from rlcompile.models.onnx_model import LoadedModel
-from rlcompile.models.zoo import cache_dir
 
 
 def table_path(model: LoadedModel, threads: int, directory: Path | None = None) -> Path:
@@ -41,7 +41,7 @@ def table_path(model: LoadedModel, threads: int, directory: Path | None = None) 
     machine = hashlib.sha1(identity.encode()).hexdigest()[:10]
     content = hashlib.sha1(model.serialized).hexdigest()[:10]
     if directory is None:
-        directory = cache_dir() if model.source.startswith("zoo:") else Path(model.source).parent
+        directory = tables_home(model)
     return directory / f"{model.name}.layers-{content}-{machine}.json"
 
 
