@@ -45,8 +45,9 @@ BOUNDARY_SCALE_RANGE = (0.5, 20.0)
 #: excess as a factor on its groups. PyTorch's factor came out at a bound of FACTOR_RANGE, 0.1 or 10, or at 4.3-7.8
 #: in 7 of 32 runs of tallies 37-39; on hf:levit at 0.1 its stem convolutions, 2.15 ms standalone and 2.0-2.3 ms
 #: inside its plans, were priced 0.26 ms, and the plan that ran them in PyTorch was measured 1.25-1.33x its
-#: prediction in two tallies.) Its weight: a factor that one plan alone determines is held back by about PRIOR / its
-#: share (relative), 0.02% for a crossing of 5% of a plan.
+#: prediction in two tallies. It stayed at 0.1 there in tally 40: the plan that decides it is priced too high even
+#: with its crossings at BOUNDARY_SCALE_RANGE's floor.) Its weight: a factor that one plan alone determines is held
+#: back by about PRIOR / its share (relative), 0.02% for a crossing of 5% of a plan.
 PRIOR = 1e-5
 
 
