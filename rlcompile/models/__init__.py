@@ -40,10 +40,8 @@ def load_model(spec: str, input_shapes: Mapping[str, Shape] | None = None) -> Lo
 def tables_home(model: LoadedModel) -> Path:
     """Where a model's lookup tables are kept unless the user says: next to the user's file; in the cache for a zoo
     or packaged model (a wheel's folder in site-packages is not the user's to write in)."""
-    packaged = model.name in PACKAGED and not model.source.startswith("zoo:")
-    if model.source.startswith("zoo:") or (packaged and Path(model.source) == packaged_path(model.name)):
-        return cache_dir()
-    return Path(model.source).parent
+    packaged = model.name in PACKAGED and Path(model.source).name == PACKAGED[model.name].filename
+    return cache_dir() if model.source.startswith("zoo:") or packaged else Path(model.source).parent
 
 
 def check_model_spec(spec: str) -> None:
