@@ -111,10 +111,10 @@ def command_arguments(command: str, full_timing: bool = False, select_budget: st
     return arguments
 
 
-def try_command(model: list[str], command: str, out: Path, arguments: list[str] | None = None) -> dict:
+def try_command(model: list[str], command: str, out: Path, arguments: list[str]) -> dict:
     """Run one command in a fresh output folder (a finished output is never reused) and describe how it went;
-    ``arguments``: the command's (default: :data:`COMMANDS`'), ``{out}`` standing for that folder."""
-    arguments = [part.format(out=out) for part in (COMMANDS[command] if arguments is None else arguments)]
+    ``arguments``: the command's (:func:`command_arguments`), ``{out}`` standing for that folder."""
+    arguments = [part.format(out=out) for part in arguments]
     argv = ["rlcompile", command, model[0], *arguments, *model[1:]]
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
