@@ -168,20 +168,25 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
              "measured_ms": c.get("measured_ms"), "measured_over_expected": ratios.get(", ".join(c["labels"])),
              "round_ratio": by_round.get(", ".join(c["labels"])),
              "probed": c.get("probed"), "single": c.get("single"), "probe_ms": c.get("probe_ms") or [],
-             "rounds": len(c.get("round_ms") or {}), "contest_rounds": selection.get("rounds")}
+             "fitted_ms": c.get("fitted_ms") or [], "rounds": len(c.get("round_ms") or {}),
+             "contest_rounds": selection.get("rounds")}
             for c in selection["candidates"]]  # fmt: skip
 
 
-def probe_ratios(plan: dict) -> tuple[float, float] | None:
+def probe_ratios(plan: dict) -> tuple[float, float, float | None] | None:
     """For a plan a refining probe measured whole (``probe_ms``, at the table's speed): the final contest's
-    measurement at the table's speed over the last probe's, and the table's prediction over that probe's (how far
-    the fit left the plan it was fitted on). ``None`` for a plan no probe measured or the final one did not.
-    Two measurements of one plan further apart than the band are more than any table can predict both of."""
+    measurement at the table's speed over the last probe's, the table's prediction over that probe's (how far
+    the fit left the plan it was fitted on), and the table's price right after that probe's refit over it (``None``
+    where the run did not record it: ``fitted_ms``; the refit itself, before later refits moved the plan). ``None``
+    for a plan no probe measured or the final one did not. Two measurements of one plan further apart than the band
+    are more than any table can predict both of."""
     probe_ms, expected = plan.get("probe_ms"), plan.get("expected_ms")
     if not probe_ms or not plan.get("measured_ms") or not expected or not math.isfinite(expected):
         return None
     final_at_table_speed = plan["measured_ms"] * plan["predicted_ms"] / expected
-    return final_at_table_speed / probe_ms[-1], plan["predicted_ms"] / probe_ms[-1]
+    fitted = plan.get("fitted_ms") or []
+    refit = fitted[len(probe_ms) - 1] / probe_ms[-1] if len(fitted) >= len(probe_ms) else None
+    return final_at_table_speed / probe_ms[-1], plan["predicted_ms"] / probe_ms[-1], refit
 
 
 def prediction_ratio(plan: dict, by_round: bool = False) -> float | None:
@@ -316,10 +321,15 @@ def markdown_summary(saved: dict) -> str:
              and (ratios := probe_ratios(plan)) is not None]  # fmt: skip
     if pairs:
         again, fitted = (sum(abs(pair[index] - 1) <= PREDICTION_BAND for pair in pairs) for index in (0, 1))
+        refits = [pair[2] for pair in pairs if pair[2] is not None]
         lines += ["", f"Of the {len(pairs)} mixed plans a probe measured whole and the final contest measured again, "
                       f"{again} measured within {PREDICTION_BAND:.0%} of their probe's own measurement (both at the "
                       f"table's speed: what no table can beat), and the table predicted {fitted} within "
                       f"{PREDICTION_BAND:.0%} of that probe's measurement (the fit on the plans it was fitted on)."]
+        if refits:
+            close = sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in refits)
+            lines[-1] += (f" Right after the refit that used the probe, the table priced {close} of {len(refits)} "
+                          f"within {PREDICTION_BAND:.0%} of it.")
     lines += rounds_line(plans)
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]

@@ -147,6 +147,9 @@ class Candidate:
     round_ms: dict[int, float] | None = None
     #: each probe's measurement of the whole plan, at the table's speed (over the plan's drift then)
     probe_ms: list[float] = field(default_factory=list)
+    #: the table's price of the plan right after each probe's refit (beside :attr:`probe_ms`): whether the refit
+    #: reproduced what the probe measured, apart from what later refits moved
+    fitted_ms: list[float] = field(default_factory=list)
 
     @property
     def segments(self) -> int:
@@ -173,6 +176,7 @@ class Candidate:
             "segment_ms": self.segment_ms,
             "round_ms": self.round_ms,
             "probe_ms": self.probe_ms,
+            "fitted_ms": self.fitted_ms,
         }
 
 
@@ -626,6 +630,10 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     priced = price_in_context(problem, candidates, progress)
     if priced:
         problem = apply_group_prices(problem, priced)
+    whole = SelectionProblem(whole_model_prices(problem.table))
+    for candidate in timed:
+        if candidate.measured is not None:
+            candidate.fitted_ms.append(plan_price(candidate, problem, whole))
     if solve and (moved or recalibrated or priced):
         progress(Event("layer", "solving again on the corrected table"))
         result = solver.solve(problem, seed, solve_seconds(deadline))
@@ -664,13 +672,18 @@ def price_candidates(problem: SelectionProblem, candidates: list[Candidate]) -> 
     for the rest) as the calibration measured it (``notes["single_library_ms"]``: the boundary factors fitted since
     do not move it), a mixed plan at the prices its segments' clocks corrected."""
     whole = SelectionProblem(whole_model_prices(problem.table))
-    calibrated = problem.table.notes.get("single_library_ms") or {}
     for candidate in candidates:
-        if candidate.single and candidate.single[0] in calibrated:
-            candidate.predicted_ms = calibrated[candidate.single[0]]
-            continue
-        priced_by = pricing_problem(candidate, problem, whole)
-        candidate.predicted_ms = priced_by.total(priced_by.choices(candidate.assignment))
+        candidate.predicted_ms = plan_price(candidate, problem, whole)
+
+
+def plan_price(candidate: Candidate, problem: SelectionProblem, whole: SelectionProblem) -> float:
+    """What the table says ``candidate`` costs (:func:`price_candidates`); ``whole``: ``problem`` at the calibrated
+    prices (:func:`~rlcompile.layer.in_context.whole_model_prices`)."""
+    calibrated = problem.table.notes.get("single_library_ms") or {}
+    if candidate.single and candidate.single[0] in calibrated:
+        return calibrated[candidate.single[0]]
+    priced_by = pricing_problem(candidate, problem, whole)
+    return priced_by.total(priced_by.choices(candidate.assignment))
 
 
 def price_in_context(problem: SelectionProblem, candidates: list[Candidate],

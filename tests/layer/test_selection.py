@@ -439,6 +439,8 @@ def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_libra
                              "exact", QUICK, ignore)  # fmt: skip
     first = {id(c): c.segment_ms for c in candidates if c.probed}
     assert len(first) == 3 and all(ms is not None for ms in first.values())
+    # beside each probe's measurement, the table's price of the plan right after the refit that used it
+    assert all(len(c.fitted_ms) == len(c.probe_ms) == 1 and c.fitted_ms[0] > 0 for c in candidates if c.probed)
     assert all(c.measured is None for c in candidates)  # the final contest measures every plan afresh
     for candidate in candidates:
         if candidate.engine is None:
@@ -452,6 +454,7 @@ def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_libra
     assert by_label["mixed"].segment_ms is first[id(by_label["mixed"])]  # priced once, not timed again
     singles = [c for c in candidates if c.single]
     assert singles and all(c.segment_ms is not first[id(c)] for c in singles)  # re-timed: the drift now
+    assert all(len(c.fitted_ms) == len(c.probe_ms) == 2 for c in singles)
 
 
 def test_a_plan_is_judged_round_by_round_against_its_libraries_speed_in_that_round():
