@@ -508,3 +508,20 @@ def test_a_single_library_plan_is_judged_by_its_librarys_native_run_never_by_its
     assert selection.measured_over_expected(on_ort) == pytest.approx(1.0)  # 2 ms then, at ORT's x2 now
     assert selection.measured_over_expected(on_openvino) == pytest.approx(2.0)  # its own x2 is not its gauge
     assert selection.drifts.by_library == {"ort": pytest.approx(2.0), "openvino": pytest.approx(2.0)}
+
+
+def test_a_plans_segments_share_out_its_own_median_each_by_its_mean():
+    """A segment whose calls now and then wait (a slow call in ten) is dearer than its median says: the segments'
+    medians add up to less than the plan's median, and the fit priced many-segment plans low. The shares add up to
+    the plan's median and the slow calls count in the segment they happened in."""
+    from rlcompile.layer.selection import segment_shares
+
+    spiky = [0.001] * 9 + [0.010]  # seconds per call: 1 ms, once 10 ms
+    steady = [0.002] * 10
+    whole = [a + b for a, b in zip(spiky, steady, strict=True)]
+    plan_ms = 1e3 * float(np.median(whole))  # 3 ms, the calls' own median
+    shares = segment_shares([spiky, steady], plan_ms + 1.0)  # the plan measured slower than its typical call
+    assert sum(shares) == pytest.approx(plan_ms + 1.0)
+    assert shares[0] / shares[1] == pytest.approx(np.mean(spiky) / np.mean(steady))  # 1.9 ms of mean against 2
+    assert shares[0] > 1e3 * np.median(spiky) * (plan_ms + 1.0) / plan_ms  # more than its median's share
+    assert segment_shares([[], steady], float("nan")) == [0.0, pytest.approx(2.0)]  # no plan time: the medians
