@@ -64,7 +64,7 @@ EXPORT_TARGETS = ("onnxruntime", "openvino", "plan")
 
 #: Top-level modules of the ``rlcompile[tune]`` dependency group (pyproject.toml): a command that needs one
 #: that is missing says to install the group.
-TUNE_MODULES = ("torch", "tvm", "tvm_ffi", "onnxscript", "onnx_ir", "xgboost", "sklearn", "gymnasium",
+TUNE_MODULES = ("torch", "tvm", "tvm_ffi", "onnxscript", "onnx_ir", "xgboost", "sklearn", "scipy", "gymnasium",
                 "torch_geometric", "psutil", "threadpoolctl", "cloudpickle", "matplotlib", "tornado")  # fmt: skip
 
 #: ``optimize``'s levels, in pipeline order.

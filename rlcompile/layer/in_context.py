@@ -70,7 +70,8 @@ def measure_drift(then: Mapping[str, float] | None, now: Mapping[str, float], de
 
 @dataclass(frozen=True)
 class TimedSegment:
-    """One segment of a measured plan: its library, its groups (table indices) and its median time in context."""
+    """One segment of a measured plan: its library, its groups (table indices) and its time in context (its share of
+    the plan's median: :func:`~rlcompile.layer.selection.segment_shares`)."""
 
     library: str
     groups: tuple[int, ...]

@@ -93,12 +93,20 @@ def test_factors_stay_within_their_ranges_counting_what_earlier_fits_applied():
     assert fit.boundary_scales["a|b"] >= BOUNDARY_SCALE_RANGE[0]
 
 
-def test_bounded_least_squares_fixes_a_variable_at_the_bound_it_crosses_and_fits_the_rest():
+def test_bounded_least_squares_is_the_exact_optimum_within_the_bounds():
     matrix = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     solution = bounded_least_squares(matrix, np.array([-1.0, 2.0, 1.0]), np.array([0.0, 0.0]), np.array([5.0, 5.0]))
-    assert solution == pytest.approx([0.0, 1.5])  # x0 fixed at 0, then x1 fits 2 and 1 in least squares
+    assert solution == pytest.approx([0.0, 1.5])  # x0 at its bound, x1 fits 2 and 1 in least squares
     free = bounded_least_squares(matrix, np.array([1.0, 2.0, 3.0]), np.zeros(2), np.full(2, 5.0))
     assert free == pytest.approx([1.0, 2.0])
+    # unbounded, x0 = -2 and x1 = 2: fixing each at the bound it crossed for good gives (0, 1) and a squared
+    # error of 19; the optimum in [0, 1]^2 is (0, 0), 9
+    matrix = np.array([[1.0, 1.0], [2.0, 1.0], [2.0, 2.0]])
+    rhs = np.array([-2.0, -2.0, 1.0])
+    assert np.linalg.lstsq(matrix, rhs, rcond=None)[0] == pytest.approx([-2.0, 2.0])
+    solution = bounded_least_squares(matrix, rhs, np.zeros(2), np.ones(2))
+    assert solution == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert float(np.sum((matrix @ solution - rhs) ** 2)) == pytest.approx(9.0)
 
 
 def test_the_probes_measurements_are_taken_at_the_tables_speed_and_singles_can_be_left_out():
