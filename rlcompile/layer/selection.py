@@ -111,6 +111,16 @@ REFINED_PLANS = 2
 #: With a deadline, the refining probe gets this share of the time left beyond the final contest's floor, and
 #: runs only when twice its own floor fits there.
 PROBE_SHARE = 0.3
+#: A probe times again, in a second batch of rounds, each plan whose block medians spread more than this (slowest
+#: over fastest, less 1), beside the native runs that gauge its speed (:class:`~rlcompile.measure.contest.Settle`'s
+#: ``spread``): on the 2-core Zen 4 VM a plan of 13 segments across ONNX Runtime and OpenVINO ran at 8.5 ms in most
+#: 0.1 s blocks and more than 1.3x that in a quarter of them, and a probe of five rounds caught 23.7 ms (the final
+#: contest 9.3); after the exact refit (tally 44) every miss left was a plan whose probe was 1.2-2.5x its final
+#: measurement.
+PROBE_SPREAD = 0.3
+#: With a deadline, the probe's first batch is fitted into this share of its time, leaving the rest for that second
+#: batch.
+PROBE_FIRST_BATCH_SHARE = 0.6
 #: With a deadline, a search (Q-learning, random) fits its episodes into this share of the time left: on the 2-core
 #: VM in a slow spell, Q-learning's 1,620 episodes over convnext's 81 groups took 12 s of a 60 s budget.
 SOLVE_SHARE = 0.05
@@ -590,17 +600,18 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     compares the first and the refined answers side by side; a later round probes the refined plans in turn (up to
     :data:`REFINE_ROUNDS`). ``solve=False``: the corrections are kept and nothing is solved again (the last probe).
     ``whole``: the model the native runs run (:func:`recalibrate`'s twins). ``deadline``: the probe is fitted to end
-    by then (past it, no round starts after the first :data:`~rlcompile.measure.contest.MIN_ROUNDS`).
+    by then (past it, no round starts after the first :data:`~rlcompile.measure.contest.MIN_ROUNDS`). A plan whose
+    blocks disagree is timed in a second batch of rounds, beside the native runs (:data:`PROBE_SPREAD`), when it fits.
     """
     progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
     timed = probe_candidates(candidates)
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
-    settle = None
+    settle = Settle(target=math.inf, max_batches=2, deadline=deadline, spread=PROBE_SPREAD)
     gauges = gauge_calls(natives)
     if deadline is not None:
         runnable = sum(c.engine is not None and c.error is None for c in timed)
-        probe = contest.fit_within(probe, runnable + len(gauges), deadline - time.monotonic())
-        settle = Settle(max_batches=1, deadline=deadline)
+        first_batch_s = PROBE_FIRST_BATCH_SHARE * (deadline - time.monotonic())
+        probe = contest.fit_within(probe, runnable + len(gauges), first_batch_s)
     stats = time_candidates_once(timed, gauges, probe, feeds, settle=settle, clocked=True)
     gauged = {label.split()[0]: stats[label].median_ms for label in gauges}
     first = round_index == 1

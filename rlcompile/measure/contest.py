@@ -100,6 +100,11 @@ class Settle:
     change no decision and would take the time the close ones need. With ``everyone``, a batch times every
     contender while a batch of all of them fits, and only those in contention when just that fits: for a
     contest whose every measurement is reported and checked against a prediction (the layer level's final one).
+
+    With ``spread``, a contest the twins leave settled still gives another batch to each contender whose blocks
+    disagree (its slowest block median more than ``1 + spread`` times its fastest), timed beside the twins and the
+    contenders they copy (the gauges its speed is judged by), within the batches and the deadline: a plan that
+    runs slow in one block in five is measured in more of the machine's states before its median is taken.
     """
 
     target: float = SETTLED_NOISE
@@ -107,6 +112,7 @@ class Settle:
     deadline: float | None = None
     contention: float = 0.10
     everyone: bool = False
+    spread: float | None = None
 
     def allows(self, noise: float | None, batches: int, batch_seconds: float) -> bool:
         """Whether one more batch is measured."""
@@ -289,7 +295,31 @@ def settling_batch(contenders: Sequence[Contender], standings: Standings, settle
     if settle.everyone and settle.allows(standings.noise, batches, sum(turns)):
         return list(range(len(contenders)))
     close = in_contention(contenders, standings, settle.contention)
-    return close if settle.allows(standings.noise, batches, sum(turns[i] for i in close)) else []
+    if settle.allows(standings.noise, batches, sum(turns[i] for i in close)):
+        return close
+    return spread_batch(contenders, standings, settle, batches, turns)
+
+
+def spread_batch(contenders: Sequence[Contender], standings: Standings, settle: Settle, batches: int,
+                 turns: Sequence[float]) -> list[int]:  # fmt: skip
+    """Indices of the contenders whose block medians spread beyond ``settle.spread`` (:class:`Settle`), with the
+    twins and the contenders they copy; none when no contender spreads so or the batch does not fit."""
+    if settle.spread is None or batches >= settle.max_batches:
+        return []
+    gauges = set(standings.twins) | set(standings.twins.values())
+    spread = [index for index, c in enumerate(contenders) if c.label not in gauges
+              and block_spread(standings.round_ms.get(c.label, {})) > settle.spread]  # fmt: skip
+    if not spread:
+        return []
+    active = sorted(set(spread) | {index for index, c in enumerate(contenders) if c.label in gauges})
+    fits = settle.deadline is None or time.monotonic() + sum(turns[i] for i in active) <= settle.deadline
+    return active if fits else []
+
+
+def block_spread(blocks: dict[int, float]) -> float:
+    """How far a contender's block medians spread: the slowest over the fastest, less 1 (0 for fewer than two)."""
+    values = [ms for ms in blocks.values() if ms > 0]
+    return max(values) / min(values) - 1 if len(values) > 1 else 0.0
 
 
 def in_contention(contenders: Sequence[Contender], standings: Standings, contention: float) -> list[int]:

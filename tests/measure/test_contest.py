@@ -124,6 +124,29 @@ def test_a_contest_that_settles_everyone_times_only_the_close_ones_when_just_the
     assert settled["original"].repeats == 3 * settled.rounds
 
 
+def test_a_contender_whose_blocks_disagree_gets_another_batch_beside_the_twins_and_no_one_else():
+    """Its first block runs 3x slower than the rest (a plan in a slow state of the machine for one block): with
+    ``spread``, another batch times it and the twins it is judged beside; a steady contender keeps one batch, and a
+    batch that does not fit before the deadline is not started."""
+    import math
+
+    def contenders() -> list[Contender]:
+        return [Contender("original", sleeper(2)), Contender("twin", sleeper(2), twin_of="original"),
+                Contender("steady", sleeper(4)), Contender("bimodal", slow_at_first(2, 6, 3))]  # fmt: skip
+
+    settle = Settle(target=math.inf, max_batches=2, spread=0.3)
+    settled = run_contest(contenders(), BLOCKS, rounds=5, settle=settle)
+    assert settled.rounds == 10
+    assert settled["bimodal"].repeats == settled["original"].repeats == settled["twin"].repeats == 30
+    assert settled["steady"].repeats == 15
+    assert sorted(settled.round_ms["bimodal"]) == list(range(10))
+    assert settled["bimodal"].median_ms < 3  # the slow block is 3 of 30 calls now
+    late = run_contest(contenders(), BLOCKS, rounds=5, settle=Settle(target=math.inf, max_batches=2, spread=0.3,
+                                                                   deadline=time.monotonic()))  # fmt: skip
+    assert late.rounds == 2 and late["bimodal"].repeats == 6  # MIN_ROUNDS (its first block slow), then no batch
+    assert run_contest(contenders(), BLOCKS, rounds=5, settle=Settle(target=math.inf)).rounds == 5  # no spread
+
+
 def test_a_contest_fitted_to_a_deadline_times_a_slow_model_once_per_block():
     from rlcompile.measure.contest import fit_within
 
