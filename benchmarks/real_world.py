@@ -168,7 +168,8 @@ def plan_predictions(manifest: Path) -> list[dict] | None:
              "measured_ms": c.get("measured_ms"), "measured_over_expected": ratios.get(", ".join(c["labels"])),
              "round_ratio": by_round.get(", ".join(c["labels"])),
              "probed": c.get("probed"), "single": c.get("single"), "probe_ms": c.get("probe_ms") or [],
-             "fitted_ms": c.get("fitted_ms") or [], "rounds": len(c.get("round_ms") or {}),
+             "fitted_ms": c.get("fitted_ms") or [], "probe_rounds": c.get("probe_rounds") or [],
+             "rounds": len(c.get("round_ms") or {}),
              "contest_rounds": selection.get("rounds")}
             for c in selection["candidates"]]  # fmt: skip
 
@@ -263,6 +264,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def probe_lines(plans: list[list[dict] | None]) -> list[str]:
+    """How the mixed plans a probe measured whole came out against that probe (:func:`probe_ratios`): the final
+    contest's measurement (what no table can beat), the table's prediction and its price right after the refit,
+    and how many the probe timed in a second batch (their blocks disagreed: ``probe_rounds``)."""
+    probed = [plan for one in plans for plan in one or [] if not plan.get("single") and probe_ratios(plan)]
+    if not probed:
+        return []
+    pairs = [probe_ratios(plan) for plan in probed]
+    again, fitted = (sum(abs(pair[index] - 1) <= PREDICTION_BAND for pair in pairs) for index in (0, 1))
+    line = (f"Of the {len(pairs)} mixed plans a probe measured whole and the final contest measured again, {again} "
+            f"measured within {PREDICTION_BAND:.0%} of their probe's own measurement (both at the table's speed: what "
+            f"no table can beat), and the table predicted {fitted} within {PREDICTION_BAND:.0%} of that probe's "
+            "measurement (the fit on the plans it was fitted on).")
+    if refits := [pair[2] for pair in pairs if pair[2] is not None]:
+        close = sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in refits)
+        line += (f" Right after the refit that used the probe, the table priced {close} of {len(refits)} within "
+                 f"{PREDICTION_BAND:.0%} of it.")
+    if rounds := [plan["probe_rounds"][-1] for plan in probed if plan.get("probe_rounds")]:
+        line += (f" The probe timed {sum(count > min(rounds) for count in rounds)} of them in more rounds than the "
+                 f"fewest ({min(rounds)}; up to {max(rounds)}): a second batch where their blocks disagreed.")
+    return ["", line]
+
+
 def rounds_line(plans: list[list[dict] | None]) -> list[str]:
     """How the plans timed in every round of their final contest were predicted, against those timed in fewer (left
     at the first batch's rounds, out of contention): what a plan's number of blocks does to its measurement."""
@@ -317,19 +341,7 @@ def markdown_summary(saved: dict) -> str:
               f"{within['unprobed']} of {priced['unprobed']} it did not). Judged round by round instead (each round's "
               f"prediction at that round's library speeds, the median): {within['others by round']} of "
               f"{priced['others by round']} others."]
-    pairs = [ratios for one in plans for plan in one or [] if not plan.get("single")
-             and (ratios := probe_ratios(plan)) is not None]  # fmt: skip
-    if pairs:
-        again, fitted = (sum(abs(pair[index] - 1) <= PREDICTION_BAND for pair in pairs) for index in (0, 1))
-        refits = [pair[2] for pair in pairs if pair[2] is not None]
-        lines += ["", f"Of the {len(pairs)} mixed plans a probe measured whole and the final contest measured again, "
-                      f"{again} measured within {PREDICTION_BAND:.0%} of their probe's own measurement (both at the "
-                      f"table's speed: what no table can beat), and the table predicted {fitted} within "
-                      f"{PREDICTION_BAND:.0%} of that probe's measurement (the fit on the plans it was fitted on)."]
-        if refits:
-            close = sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in refits)
-            lines[-1] += (f" Right after the refit that used the probe, the table priced {close} of {len(refits)} "
-                          f"within {PREDICTION_BAND:.0%} of it.")
+    lines += probe_lines(plans)
     lines += rounds_line(plans)
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]

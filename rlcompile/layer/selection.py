@@ -160,6 +160,8 @@ class Candidate:
     #: the table's price of the plan right after each probe's refit (beside :attr:`probe_ms`): whether the refit
     #: reproduced what the probe measured, apart from what later refits moved
     fitted_ms: list[float] = field(default_factory=list)
+    #: how many rounds each probe timed the plan in (a second batch when its blocks disagreed: :data:`PROBE_SPREAD`)
+    probe_rounds: list[int] = field(default_factory=list)
 
     @property
     def segments(self) -> int:
@@ -187,6 +189,7 @@ class Candidate:
             "round_ms": self.round_ms,
             "probe_ms": self.probe_ms,
             "fitted_ms": self.fitted_ms,
+            "probe_rounds": self.probe_rounds,
         }
 
 
@@ -625,6 +628,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     for candidate in timed:
         if candidate.measured is not None:
             candidate.probe_ms.append(at_table_speed(candidate, problem, drift))
+            candidate.probe_rounds.append(len(candidate.round_ms or {}))
     fit = fit_plans(problem.table, measured_plans(problem, timed, drift, singles=first), libraries=first)
     moved = {f"x{factor:.2f} on {library}'s groups": factor for library, factor in fit.library_factors.items()
              if abs(factor - 1) > 0.05}  # fmt: skip

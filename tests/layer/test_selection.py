@@ -14,7 +14,7 @@ from rlcompile.cli import main
 from rlcompile.events import Event, Reuse, Step, ignore
 from rlcompile.layer.in_context import Drift
 from rlcompile.layer.problem import SelectionProblem
-from rlcompile.layer.selection import TIE_BAND, Candidate, pick, select_segments
+from rlcompile.layer.selection import ROUNDS, TIE_BAND, Candidate, pick, select_segments
 from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
 from rlcompile.plan import load_plan, save_plan
@@ -244,7 +244,7 @@ def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_nat
 def test_the_final_contest_floor_is_reserved_from_the_native_latency_and_the_predictions():
     import time
 
-    from rlcompile.layer.selection import REFINED_PLANS, ROUNDS, call_seconds, final_floor_s
+    from rlcompile.layer.selection import REFINED_PLANS, call_seconds, final_floor_s
     from rlcompile.measure.contest import floor_seconds
 
     calls: list[float] = []
@@ -441,6 +441,7 @@ def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_libra
     assert len(first) == 3 and all(ms is not None for ms in first.values())
     # beside each probe's measurement, the table's price of the plan right after the refit that used it
     assert all(len(c.fitted_ms) == len(c.probe_ms) == 1 and c.fitted_ms[0] > 0 for c in candidates if c.probed)
+    assert all(c.probe_rounds[0] in (ROUNDS, 2 * ROUNDS) for c in candidates if c.probed)  # a second batch or not
     assert all(c.measured is None for c in candidates)  # the final contest measures every plan afresh
     for candidate in candidates:
         if candidate.engine is None:
