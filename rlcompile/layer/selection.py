@@ -115,7 +115,7 @@ PROBE_SHARE = 0.3
 #: over fastest, less 1), beside the native runs that gauge its speed (:class:`~rlcompile.measure.contest.Settle`'s
 #: ``spread``): on the 2-core Zen 4 VM a plan of 13 segments across ONNX Runtime and OpenVINO ran at 8.5 ms in most
 #: 0.1 s blocks and more than 1.3x that in a quarter of them, and a probe of five rounds caught 23.7 ms (the final
-#: contest 9.3); after the exact refit (tally 44) every miss left was a plan whose probe was 1.2-2.5x its final
+#: contest 9.3); after the exact refit (tally 44) every miss left was a plan whose probe was 1.3-2.5x its final
 #: measurement.
 PROBE_SPREAD = 0.3
 #: With a deadline, the probe's first batch is fitted into this share of its time, leaving the rest for that second
