@@ -645,10 +645,10 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     priced = price_in_context(problem, candidates, progress)
     if priced:
         problem = apply_group_prices(problem, priced)
-    whole = SelectionProblem(whole_model_prices(problem.table))
+    calibrated = SelectionProblem(whole_model_prices(problem.table))
     for candidate in timed:
         if candidate.measured is not None:
-            candidate.fitted_ms.append(plan_price(candidate, problem, whole))
+            candidate.fitted_ms.append(plan_price(candidate, problem, calibrated))
     if solve and (moved or recalibrated or priced):
         progress(Event("layer", "solving again on the corrected table"))
         result = solver.solve(problem, seed, solve_seconds(deadline))
@@ -845,8 +845,7 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
                          clocked: bool = False) -> Standings:  # fmt: skip
     """One contest between the runnable candidates and the native runs; fills ``candidate.measured`` (and, when
     ``clocked``, ``candidate.segment_ms``: each segment's share of the plan's median, :func:`segment_shares`), and
-    returns the standings
-    (the native runs under their names).
+    returns the standings (the native runs under their names).
 
     The twins are the native runs' identical sessions and every one-segment candidate that runs
     ``native_proto`` (the model the native runs run) in a library that is also run natively; ``settle``
