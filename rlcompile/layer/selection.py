@@ -113,11 +113,11 @@ REFINED_PLANS = 2
 PROBE_SHARE = 0.3
 #: A probe times again, in a second batch of rounds, each plan whose block medians spread more than this (slowest
 #: over fastest, less 1), beside the native runs that gauge its speed (:class:`~rlcompile.measure.contest.Settle`'s
-#: ``spread``): on the 2-core Zen 4 VM a plan of 13 segments across ONNX Runtime and OpenVINO ran at 8.5 ms in most
-#: 0.1 s blocks and more than 1.3x that in a quarter of them, and a probe of five rounds caught 23.7 ms (the final
-#: contest 9.3); after the exact refit (tally 44) every miss left was a plan whose probe was 1.3-2.5x its final
-#: measurement.
-PROBE_SPREAD = 0.3
+#: ``spread``), and so does the final contest within its batches: on the 2-core Zen 4 VM a plan of 13 segments
+#: across ONNX Runtime and OpenVINO ran at 8.5 ms in most 0.1 s blocks and more than 1.3x that in a quarter of
+#: them, and a probe of five rounds caught 23.7 ms (the final contest 9.3); after the exact refit (tally 44) every
+#: miss left was a plan whose probe was 1.3-2.5x its final measurement.
+BLOCK_SPREAD = 0.3
 #: With a deadline, the probe's first batch is fitted into this share of its time, leaving the rest for that second
 #: batch.
 PROBE_FIRST_BATCH_SHARE = 0.6
@@ -160,7 +160,7 @@ class Candidate:
     #: the table's price of the plan right after each probe's refit (beside :attr:`probe_ms`): whether the refit
     #: reproduced what the probe measured, apart from what later refits moved
     fitted_ms: list[float] = field(default_factory=list)
-    #: how many rounds each probe timed the plan in (a second batch when its blocks disagreed: :data:`PROBE_SPREAD`)
+    #: how many rounds each probe timed the plan in (a second batch when its blocks disagreed: :data:`BLOCK_SPREAD`)
     probe_rounds: list[int] = field(default_factory=list)
 
     @property
@@ -604,12 +604,12 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     :data:`REFINE_ROUNDS`). ``solve=False``: the corrections are kept and nothing is solved again (the last probe).
     ``whole``: the model the native runs run (:func:`recalibrate`'s twins). ``deadline``: the probe is fitted to end
     by then (past it, no round starts after the first :data:`~rlcompile.measure.contest.MIN_ROUNDS`). A plan whose
-    blocks disagree is timed in a second batch of rounds, beside the native runs (:data:`PROBE_SPREAD`), when it fits.
+    blocks disagree is timed in a second batch of rounds, beside the native runs (:data:`BLOCK_SPREAD`), when it fits.
     """
     progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
     timed = probe_candidates(candidates)
     probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
-    settle = Settle(target=math.inf, max_batches=2, deadline=deadline, spread=PROBE_SPREAD)
+    settle = Settle(target=math.inf, max_batches=2, deadline=deadline, spread=BLOCK_SPREAD)
     gauges = gauge_calls(natives)
     if deadline is not None:
         runnable = sum(c.engine is not None and c.error is None for c in timed)
@@ -915,14 +915,16 @@ def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives:
     """The final measurement: every candidate and every native run, in one contest (shortened to end by
     ``deadline`` when there is one, down to a floor), settled: more rounds while the twins differ by more
     than :data:`~rlcompile.measure.contest.SETTLED_NOISE` and the deadline allows, for every plan while a batch of
-    all of them fits (:data:`SETTLE_EVERY_PLAN`). Returns its standings."""
+    all of them fits (:data:`SETTLE_EVERY_PLAN`), then for each plan whose blocks still disagree
+    (:data:`BLOCK_SPREAD`). Returns its standings."""
     runnable = sum(c.engine is not None and c.error is None for c in candidates)
     if deadline is not None:  # the first batch of rounds takes a part of the time left, settling the rest
         seconds = FIRST_BATCH_SHARE * (deadline - time.monotonic())
         timing = contest.fit_within(timing, runnable + len(natives), seconds)
     progress(Phase("layer", f"timing {runnable} plans and {len(natives)} native runs in turns", "measure"))
     return time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto,
-                                Settle(deadline=deadline, everyone=SETTLE_EVERY_PLAN), progress)  # fmt: skip
+                                Settle(deadline=deadline, everyone=SETTLE_EVERY_PLAN, spread=BLOCK_SPREAD),
+                                progress)  # fmt: skip
 
 
 def later_compiles(libraries: int) -> int:
