@@ -268,10 +268,11 @@ def probe_lines(plans: list[list[dict] | None]) -> list[str]:
     """How the mixed plans a probe measured whole came out against that probe (:func:`probe_ratios`): the final
     contest's measurement (what no table can beat), the table's prediction and its price right after the refit,
     and how many the probe timed in a second batch (their blocks disagreed: ``probe_rounds``)."""
-    probed = [plan for one in plans for plan in one or [] if not plan.get("single") and probe_ratios(plan)]
+    probed = [(plan, ratios) for one in plans for plan in one or []
+              if not plan.get("single") and (ratios := probe_ratios(plan)) is not None]  # fmt: skip
     if not probed:
         return []
-    pairs = [probe_ratios(plan) for plan in probed]
+    pairs = [ratios for _, ratios in probed]
     again, fitted = (sum(abs(pair[index] - 1) <= PREDICTION_BAND for pair in pairs) for index in (0, 1))
     line = (f"Of the {len(pairs)} mixed plans a probe measured whole and the final contest measured again, {again} "
             f"measured within {PREDICTION_BAND:.0%} of their probe's own measurement (both at the table's speed: what "
@@ -281,7 +282,7 @@ def probe_lines(plans: list[list[dict] | None]) -> list[str]:
         close = sum(abs(ratio - 1) <= PREDICTION_BAND for ratio in refits)
         line += (f" Right after the refit that used the probe, the table priced {close} of {len(refits)} within "
                  f"{PREDICTION_BAND:.0%} of it.")
-    if rounds := [plan["probe_rounds"][-1] for plan in probed if plan.get("probe_rounds")]:
+    if rounds := [plan["probe_rounds"][-1] for plan, _ in probed if plan.get("probe_rounds")]:
         line += (f" The probe timed {sum(count > min(rounds) for count in rounds)} of them in more rounds than the "
                  f"fewest ({min(rounds)}; up to {max(rounds)}): a second batch where their blocks disagreed.")
     return ["", line]

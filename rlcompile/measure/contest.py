@@ -115,8 +115,12 @@ class Settle:
     spread: float | None = None
 
     def allows(self, noise: float | None, batches: int, batch_seconds: float) -> bool:
-        """Whether one more batch is measured."""
-        if noise is None or noise <= self.target or batches >= self.max_batches:
+        """Whether one more batch is measured while the twins disagree."""
+        return noise is not None and noise > self.target and self.has_room(batches, batch_seconds)
+
+    def has_room(self, batches: int, batch_seconds: float) -> bool:
+        """Whether one more batch of ``batch_seconds`` fits within the batches and before the deadline."""
+        if batches >= self.max_batches:
             return False
         return self.deadline is None or time.monotonic() + batch_seconds <= self.deadline
 
@@ -304,7 +308,7 @@ def spread_batch(contenders: Sequence[Contender], standings: Standings, settle: 
                  turns: Sequence[float]) -> list[int]:  # fmt: skip
     """Indices of the contenders whose block medians spread beyond ``settle.spread`` (:class:`Settle`), with the
     twins and the contenders they copy; none when no contender spreads so or the batch does not fit."""
-    if settle.spread is None or batches >= settle.max_batches:
+    if settle.spread is None:
         return []
     gauges = set(standings.twins) | set(standings.twins.values())
     spread = [index for index, c in enumerate(contenders) if c.label not in gauges
@@ -312,8 +316,7 @@ def spread_batch(contenders: Sequence[Contender], standings: Standings, settle: 
     if not spread:
         return []
     active = sorted(set(spread) | {index for index, c in enumerate(contenders) if c.label in gauges})
-    fits = settle.deadline is None or time.monotonic() + sum(turns[i] for i in active) <= settle.deadline
-    return active if fits else []
+    return active if settle.has_room(batches, sum(turns[i] for i in active)) else []
 
 
 def block_spread(blocks: dict[int, float]) -> float:
