@@ -533,12 +533,16 @@ def select_segments(
         timed = [c for c in probe_candidates(candidates) if c.engine is not None and c.error is None]
         if not any(is_mixed(c) and not c.probed for c in timed):
             break
-        after_s = final_floor_s(candidates, call_s, len(natives)) + (REFINED_PLANS + len(natives)) * compile_s
+        refined = 0 if round_index == REFINE_ROUNDS else REFINED_PLANS  # the last probe solves no more
+        after_s = after_probe_s(candidates, call_s, len(natives), compile_s, refined)
         probe_floor_s = contest.floor_seconds([call_s, *plan_seconds(timed, call_s)])
         fits, until = probe_deadline(deadline, after_s, probe_floor_s)
         if not fits:
             break
-        solve = round_index < REFINE_ROUNDS and another_probe_fits(deadline, until, after_s, probe_floor_s)
+        later = 0 if round_index + 1 >= REFINE_ROUNDS else REFINED_PLANS
+        solve = refined > 0 and another_probe_fits(
+            deadline, until and until + refined * compile_s,
+            after_probe_s(candidates, call_s, len(natives), compile_s, later, refined + later), probe_floor_s)
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress, until, round_index, solve, original.proto)  # fmt: skip
         save_table(problem.table, path)
@@ -948,11 +952,22 @@ def plan_seconds(candidates: list[Candidate], call_s: float) -> list[float]:
             if c.engine is not None and c.error is None]  # fmt: skip
 
 
-def final_floor_s(candidates: list[Candidate], call_s: float, natives: int) -> float:
+def final_floor_s(candidates: list[Candidate], call_s: float, natives: int, refined: int = REFINED_PLANS) -> float:
     """The least time the final contest takes (:func:`~rlcompile.measure.contest.floor_seconds`): the runnable
-    candidates at their predictions, and at a native call's each the plans a refining probe adds
-    (:data:`REFINED_PLANS`), the native runs and the model run whole by each of them."""
-    return contest.floor_seconds(plan_seconds(candidates, call_s) + [call_s] * (REFINED_PLANS + 2 * natives), ROUNDS)
+    candidates at their predictions, and at a native call's each the ``refined`` plans refining probes add yet, the
+    native runs and the model run whole by each of them."""
+    return contest.floor_seconds(plan_seconds(candidates, call_s) + [call_s] * (refined + 2 * natives), ROUNDS)
+
+
+def after_probe_s(candidates: list[Candidate], call_s: float, natives: int, compile_s: float, compiles: int,
+                  refined: int | None = None) -> float:  # fmt: skip
+    """What must follow a refining probe before the deadline: the compiles of the ``compiles`` plans it finds and of
+    the model run whole by each native runtime, then the final contest's floor with ``refined`` plans not found yet
+    (``compiles`` by default). The last probe finds none: reserving two compiles and two contenders for it anyway
+    had stopped hf:convnext's second probe (57 ms a call, 60 s), so its refined plans reached the final contest
+    unprobed and measured 1.16-1.26x their prediction (select-predictions/49)."""
+    refined = compiles if refined is None else refined
+    return final_floor_s(candidates, call_s, natives, refined) + (compiles + natives) * compile_s
 
 
 def probe_deadline(deadline: float | None, after_s: float, probe_floor_s: float,
@@ -970,12 +985,15 @@ def probe_deadline(deadline: float | None, after_s: float, probe_floor_s: float,
     return True, start + max(probe_floor_s, PROBE_SHARE * spare)
 
 
-def another_probe_fits(deadline: float | None, until: float | None, after_s: float, probe_floor_s: float) -> bool:
-    """Whether a probe ending at ``until`` leaves time for one more (:func:`probe_deadline`'s rule, this probe's
-    floor for the next one's): only then are plans solved after it, for the next probe to measure. A plan solved
-    after the last probe reaches the final contest unseen: hf:convnext's refined plans, where one call takes 57 ms
-    and a 60 s budget fits one probe, came 1.46x and 1.85x their prediction (select-predictions/28, 30)."""
-    return until is None or probe_deadline(deadline, after_s, probe_floor_s, start=until)[0]
+def another_probe_fits(deadline: float | None, ready: float | None, after_s: float, probe_floor_s: float) -> bool:
+    """Whether one more probe fits once the plans this one finds are compiled (at ``ready``) and solved for
+    (:data:`SOLVE_SHARE`): :func:`probe_deadline`'s rule, this probe's floor for the next one's, ``after_s`` what
+    must follow the next probe. Only then are plans solved after this one, for the next probe to measure. A plan
+    solved after the last probe reaches the final contest unseen: hf:convnext's refined plans, where one call takes
+    57 ms and a 60 s budget fits one probe, came 1.46x and 1.85x their prediction (select-predictions/28, 30)."""
+    if deadline is None or ready is None:
+        return True
+    return probe_deadline(deadline, after_s, probe_floor_s, start=ready + SOLVE_SHARE * (deadline - ready))[0]
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created,

@@ -410,6 +410,26 @@ def test_plans_are_solved_after_a_probe_only_when_another_probe_can_measure_them
     # a 2.5 s floor: the probe runs (7 >= 5 s) and ends after 2.5 s, leaving 4.5 s: no second one, nothing solved
     fits, until = probe_deadline(deadline, 3.0, 2.5)
     assert fits and not another_probe_fits(deadline, until, 3.0, 2.5)
+    # the plans it finds are compiled, and solved for, before the next probe: after 3 s of compiles and the solve,
+    # 1.7 s are left beyond what follows the next probe, less than twice its 1 s floor
+    fits, until = probe_deadline(deadline, 3.0, 1.0)
+    assert fits and not another_probe_fits(deadline, until + 3.0, 3.0, 1.0)
+
+
+def test_the_last_probe_reserves_nothing_for_plans_it_will_not_find():
+    """What must follow a probe: the compiles of the plans it finds, and the final contest with them; the last probe
+    finds none."""
+    from rlcompile.layer.selection import REFINED_PLANS, after_probe_s, final_floor_s
+
+    plans = [Candidate(["single:ort"], ["ort"], 30.0, engine=object())]
+    earlier = after_probe_s(plans, 0.05, natives=2, compile_s=1.0, compiles=REFINED_PLANS)
+    last = after_probe_s(plans, 0.05, natives=2, compile_s=1.0, compiles=0)
+    assert earlier == pytest.approx(final_floor_s(plans, 0.05, 2, refined=REFINED_PLANS) + (REFINED_PLANS + 2) * 1.0)
+    assert last == pytest.approx(final_floor_s(plans, 0.05, 2, refined=0) + 2 * 1.0)
+    assert earlier > last + REFINED_PLANS * 1.0
+    # the next probe, the last, is followed by the final contest with the plans this one finds, compiled before it
+    assert after_probe_s(plans, 0.05, natives=2, compile_s=1.0, compiles=0, refined=REFINED_PLANS) == pytest.approx(
+        final_floor_s(plans, 0.05, 2, refined=REFINED_PLANS) + 2 * 1.0)
 
 
 def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):
