@@ -1,12 +1,16 @@
 """How steady a plan that switches libraries at every other group is, call after call, beside ONNX Runtime native.
 
     python benchmarks/plan_stability.py [--model lenet5|PATH.onnx] [--library torch] [--threads 2] [--blocks 12]
+                                        [--manifest DIR/manifest.json --label "qlearning (refined)"]
                                         [--out results/plan_stability]
 
 The plan is ``--library`` wherever it runs and ONNX Runtime for the other groups (the single-library plan
-``select`` calibrates and measures). Timed: its first ten calls after compiling, then ``--blocks`` blocks of 20
-calls of ORT native followed by 20 calls of the plan (a 50 ms pause after each, as a contest's wind-down), then 100
-calls of the plan alone. If the table is to predict such a plan within 15%, its own blocks must agree within that.
+``select`` calibrates and measures), or, with ``--manifest``, the candidate of a ``select`` plan directory whose
+labels include ``--label`` (the agent's mixed plan, say). Timed: its first ten calls after compiling, then
+``--blocks`` blocks of 20 calls of ORT native followed by 20 calls of the plan (a 50 ms pause after each, as a
+contest's wind-down), then 100 calls of the plan alone. Each block also records the plan's time in each library
+(its segments' clocks, summed per call, the median): which library's segments carry a slow block. If the table is
+to predict such a plan within 15%, its own blocks must agree within that.
 
 Measured on the lent H100 machine's host (a quiet 16-core Xeon, 16 threads), hf:mobilenet-v2's PyTorch plan (34
 segments): 20-25 ms a call after two warm-up calls, then block medians of 40-82 ms beside ORT native (minima
@@ -20,6 +24,7 @@ Writes ``plan_stability.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -49,23 +54,56 @@ def milliseconds(call: Callable[[], object], count: int) -> list[float]:
     return times
 
 
+def clocked_ms(engine, feeds: dict, count: int) -> tuple[list[float], dict[str, float]]:
+    """``count`` calls of a plan: each call's milliseconds, and the median of each library's share of a call (its
+    segments' clocks summed per call)."""
+    clock: list[list[float]] = [[] for _ in engine.compiled]
+    times = milliseconds(lambda: engine.run(feeds, clock), count)
+    libraries = [item.segment.library for item in engine.compiled]
+    per_call = {library: np.zeros(count) for library in libraries}
+    for library, seconds in zip(libraries, clock, strict=True):
+        per_call[library] += np.asarray(seconds) * 1e3
+    return times, {library: float(np.median(ms)) for library, ms in per_call.items()}
+
+
+def manifest_plan(path: Path, label: str, groups: int) -> list[str]:
+    """The assignment of the candidate in a ``select`` manifest whose labels include ``label``."""
+    try:
+        candidates = json.loads(path.read_text())["selection"]["candidates"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise RlcompileError(f"{path}: not a select plan's manifest ({error})") from None
+    for candidate in candidates:
+        if label in candidate.get("labels", []):
+            if len(candidate["assignment"]) != groups:
+                raise RlcompileError(f"{path}: plan {label!r} has {len(candidate['assignment'])} groups, the model "
+                                     f"{groups}: not this model's manifest")  # fmt: skip
+            return list(candidate["assignment"])
+    raise RlcompileError(f"{path}: no candidate labelled {label!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="lenet5")
     parser.add_argument("--library", default="torch")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--manifest", type=Path, default=None, help="a select plan directory's manifest.json")
+    parser.add_argument("--label", default="qlearning", help="with --manifest: a label of the candidate to time")
     parser.add_argument("--out", type=Path, default=Path("results/plan_stability"))
     args = parser.parse_args(argv)
     try:
         grouped = group_model(load_model(args.model))
-        created = {name: runtimes.create(name) for name in ("ort", args.library)}
+        if args.manifest is not None:
+            plan = manifest_plan(args.manifest, args.label, len(grouped.groups))
+            created = {name: runtimes.create(name) for name in sorted({"ort", *plan})}
+        else:
+            created = {name: runtimes.create(name) for name in ("ort", args.library)}
+            nodes = {node.name: node for node in grouped.proto.graph.node}
+            plan = [args.library if created[args.library].supports([nodes[name] for name in group.nodes]) else "ort"
+                    for group in grouped.groups]  # fmt: skip
     except (RlcompileError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    nodes = {node.name: node for node in grouped.proto.graph.node}
-    plan = [args.library if created[args.library].supports([nodes[name] for name in group.nodes]) else "ort"
-            for group in grouped.groups]  # fmt: skip
     feeds = grouped.feeds
     native = grouped.original.compile(created["ort"], RuntimeOptions(args.threads, exclusive=True)).timer(feeds)
     engine = grouped.engine(plan, args.threads, created)
@@ -75,21 +113,27 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.blocks):
         native_ms = milliseconds(native, BLOCK_CALLS)
         time.sleep(PAUSE_S)
-        plan_ms = milliseconds(run, BLOCK_CALLS)
+        plan_ms, library_ms = clocked_ms(engine, feeds, BLOCK_CALLS)
         time.sleep(PAUSE_S)
         blocks.append({"native_median_ms": float(np.median(native_ms)), "plan_median_ms": float(np.median(plan_ms)),
-                       "plan_min_ms": min(plan_ms)})  # fmt: skip
+                       "plan_min_ms": min(plan_ms), "plan_library_ms": library_ms})  # fmt: skip
     alone = milliseconds(run, 5 * BLOCK_CALLS)
     alone_medians = [float(np.median(alone[i : i + BLOCK_CALLS])) for i in range(0, len(alone), BLOCK_CALLS)]
     medians = [block["plan_median_ms"] for block in blocks]
-    console.print(f"{args.model}, {args.library} wherever it runs ({len(engine.compiled)} segments), "
+    what = f"plan {args.label!r} of {args.manifest}" if args.manifest else f"{args.library} wherever it runs"
+    console.print(f"{args.model}, {what} ({len(engine.compiled)} segments), "
                   f"{args.threads} threads: first calls {', '.join(f'{ms:.1f}' for ms in first)} ms")  # fmt: skip
     console.print(f"block medians beside ORT native {min(medians):.1f}-{max(medians):.1f} ms "
                   f"(x{max(medians) / min(medians):.2f}); alone after them "
                   f"{min(alone_medians):.1f}-{max(alone_medians):.1f} ms")  # fmt: skip
+    for library in sorted(blocks[0]["plan_library_ms"]):
+        shares = [block["plan_library_ms"][library] for block in blocks]
+        console.print(f"  its {library} segments: {min(shares):.1f}-{max(shares):.1f} ms a call (block medians)")
     args.out.mkdir(parents=True, exist_ok=True)
     atomic.write_json(args.out / "plan_stability.json", {
-        "environment": environment(args.threads), "model": args.model, "library": args.library,
+        "environment": environment(args.threads), "model": args.model,
+        "library": None if args.manifest else args.library, "label": args.label if args.manifest else None,
+        "assignment": plan,
         "segments": len(engine.compiled), "first_calls_ms": first, "blocks": blocks,
         "alone_block_medians_ms": alone_medians,
     })  # fmt: skip
