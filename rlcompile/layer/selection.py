@@ -526,6 +526,7 @@ def select_segments(
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
     reference = run_proto(original.proto, grouped.feeds)
+    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), compile_s)
     compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
     # only when it leaves those compiles and the final contest their time
@@ -534,15 +535,14 @@ def select_segments(
         if not any(is_mixed(c) and not c.probed for c in timed):
             break
         refined = 0 if round_index == REFINE_ROUNDS else REFINED_PLANS  # the last probe solves no more
-        after_s = after_probe_s(candidates, call_s, len(natives), compile_s, refined)
         probe_floor_s = contest.floor_seconds([call_s, *plan_seconds(timed, call_s)])
-        fits, until = probe_deadline(deadline, after_s, probe_floor_s)
+        fits, until = probe_deadline(deadline, reserve.after_probe_s(candidates, compile_s, refined), probe_floor_s)
         if not fits:
             break
         later = 0 if round_index + 1 >= REFINE_ROUNDS else REFINED_PLANS
         solve = refined > 0 and another_probe_fits(
             deadline, until and until + refined * compile_s,
-            after_probe_s(candidates, call_s, len(natives), compile_s, later, refined + later), probe_floor_s)
+            reserve.after_probe_s(candidates, compile_s, later, refined + later), probe_floor_s)
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress, until, round_index, solve, original.proto)  # fmt: skip
         save_table(problem.table, path)
@@ -952,22 +952,42 @@ def plan_seconds(candidates: list[Candidate], call_s: float) -> list[float]:
             if c.engine is not None and c.error is None]  # fmt: skip
 
 
-def final_floor_s(candidates: list[Candidate], call_s: float, natives: int, refined: int = REFINED_PLANS) -> float:
-    """The least time the final contest takes (:func:`~rlcompile.measure.contest.floor_seconds`): the runnable
-    candidates at their predictions, and at a native call's each the ``refined`` plans refining probes add yet, the
-    native runs and the model run whole by each of them."""
-    return contest.floor_seconds(plan_seconds(candidates, call_s) + [call_s] * (refined + 2 * natives), ROUNDS)
+@dataclass(frozen=True)
+class FinalReserve:
+    """What must follow the refining probes before a deadline: the compiles of the plans they find and of the model
+    run whole by each native runtime, then the final contest's floor (:func:`~rlcompile.measure.contest.floor_seconds`).
+
+    ``call_s``: one native call (a contender without a prediction is priced at it); ``natives``: the native runs the
+    final contest times (twins included); ``runtimes``: the native runtimes, each of which also runs the model whole as
+    a candidate, compiled in ``whole_s`` (what a native session took). Until stop 56 every compile was priced at the
+    slowest plan compile so far and each native run counted a whole-model candidate of its own: on hf:convnext
+    (60 s) that reserved 3.8 s more than followed, and the second probe did not run."""
+
+    call_s: float
+    natives: int
+    runtimes: int
+    whole_s: float
+
+    def final_floor_s(self, candidates: list[Candidate], refined: int = REFINED_PLANS) -> float:
+        """The final contest's least time: the runnable candidates at their predictions, and at a native call's each
+        the ``refined`` plans refining probes add yet, the native runs and the model run whole by each runtime."""
+        extra = refined + self.natives + self.runtimes
+        return contest.floor_seconds(plan_seconds(candidates, self.call_s) + [self.call_s] * extra, ROUNDS)
+
+    def after_probe_s(self, candidates: list[Candidate], compile_s: float, compiles: int,
+                      refined: int | None = None) -> float:  # fmt: skip
+        """What must follow a refining probe: the compiles of the ``compiles`` plans it finds (``compile_s`` each) and
+        of the whole models, then the final contest's floor with ``refined`` plans not found yet (``compiles`` by
+        default). The last probe finds none: reserving two compiles and two contenders for it anyway had stopped
+        hf:convnext's second probe (57 ms a call, 60 s), so its refined plans reached the final contest unprobed and
+        measured 1.16-1.26x their prediction (select-predictions/49)."""
+        refined = compiles if refined is None else refined
+        return self.final_floor_s(candidates, refined) + compiles * compile_s + self.runtimes * self.whole_s
 
 
-def after_probe_s(candidates: list[Candidate], call_s: float, natives: int, compile_s: float, compiles: int,
-                  refined: int | None = None) -> float:  # fmt: skip
-    """What must follow a refining probe before the deadline: the compiles of the ``compiles`` plans it finds and of
-    the model run whole by each native runtime, then the final contest's floor with ``refined`` plans not found yet
-    (``compiles`` by default). The last probe finds none: reserving two compiles and two contenders for it anyway
-    had stopped hf:convnext's second probe (57 ms a call, 60 s), so its refined plans reached the final contest
-    unprobed and measured 1.16-1.26x their prediction (select-predictions/49)."""
-    refined = compiles if refined is None else refined
-    return final_floor_s(candidates, call_s, natives, refined) + (compiles + natives) * compile_s
+def native_runtimes(natives: Collection[str]) -> int:
+    """How many runtimes the native runs (labelled ``"<runtime> native ..."``) run natively."""
+    return len({label.split()[0] for label in natives})
 
 
 def probe_deadline(deadline: float | None, after_s: float, probe_floor_s: float,

@@ -244,7 +244,7 @@ def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_nat
 def test_the_final_contest_floor_is_reserved_from_the_native_latency_and_the_predictions():
     import time
 
-    from rlcompile.layer.selection import REFINED_PLANS, call_seconds, final_floor_s
+    from rlcompile.layer.selection import REFINED_PLANS, FinalReserve, call_seconds, native_runtimes
     from rlcompile.measure.contest import floor_seconds
 
     calls: list[float] = []
@@ -253,8 +253,13 @@ def test_the_final_contest_floor_is_reserved_from_the_native_latency_and_the_pre
     runnable = Candidate(["single:ort"], ["ort"], 30.0, engine=object())
     broken = Candidate(["single:torch"], ["torch"], 90.0, error="does not compile")
     unpredicted = Candidate(["native:openvino"], ["openvino"], float("nan"), engine=object())
-    expected = floor_seconds([0.03, call_s] + [call_s] * (REFINED_PLANS + 2 * 2), ROUNDS)
-    assert final_floor_s([runnable, broken, unpredicted], call_s, natives=2) == pytest.approx(expected)
+    natives = ["ort native (identical session)", "ort native", "openvino native (identical session)",
+               "openvino native"]  # fmt: skip
+    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), whole_s=1.0)
+    assert reserve.runtimes == 2  # ORT and OpenVINO, each run whole as a candidate once
+    # the prediction, a native call for the unpredicted one, the plans probes add, 4 native runs, 2 whole models
+    expected = floor_seconds([0.03, call_s] + [call_s] * (REFINED_PLANS + 4 + 2), ROUNDS)
+    assert reserve.final_floor_s([runnable, broken, unpredicted]) == pytest.approx(expected)
 
 
 def test_the_refining_probe_runs_only_when_it_fits_beside_the_final_contest():
@@ -417,19 +422,20 @@ def test_plans_are_solved_after_a_probe_only_when_another_probe_can_measure_them
 
 
 def test_the_last_probe_reserves_nothing_for_plans_it_will_not_find():
-    """What must follow a probe: the compiles of the plans it finds, and the final contest with them; the last probe
-    finds none."""
-    from rlcompile.layer.selection import REFINED_PLANS, after_probe_s, final_floor_s
+    """What must follow a probe: the compiles of the plans it finds (at the slowest plan compile so far) and of the
+    whole models (at a native session's), and the final contest with them; the last probe finds none."""
+    from rlcompile.layer.selection import REFINED_PLANS, FinalReserve
 
     plans = [Candidate(["single:ort"], ["ort"], 30.0, engine=object())]
-    earlier = after_probe_s(plans, 0.05, natives=2, compile_s=1.0, compiles=REFINED_PLANS)
-    last = after_probe_s(plans, 0.05, natives=2, compile_s=1.0, compiles=0)
-    assert earlier == pytest.approx(final_floor_s(plans, 0.05, 2, refined=REFINED_PLANS) + (REFINED_PLANS + 2) * 1.0)
-    assert last == pytest.approx(final_floor_s(plans, 0.05, 2, refined=0) + 2 * 1.0)
-    assert earlier > last + REFINED_PLANS * 1.0
+    reserve = FinalReserve(0.05, natives=4, runtimes=2, whole_s=0.5)
+    earlier = reserve.after_probe_s(plans, compile_s=1.5, compiles=REFINED_PLANS)
+    last = reserve.after_probe_s(plans, compile_s=1.5, compiles=0)
+    assert earlier == pytest.approx(reserve.final_floor_s(plans, refined=REFINED_PLANS) + REFINED_PLANS * 1.5 + 2 * 0.5)
+    assert last == pytest.approx(reserve.final_floor_s(plans, refined=0) + 2 * 0.5)
+    assert earlier > last + REFINED_PLANS * 1.5
     # the next probe, the last, is followed by the final contest with the plans this one finds, compiled before it
-    assert after_probe_s(plans, 0.05, natives=2, compile_s=1.0, compiles=0, refined=REFINED_PLANS) == pytest.approx(
-        final_floor_s(plans, 0.05, 2, refined=REFINED_PLANS) + 2 * 1.0)
+    assert reserve.after_probe_s(plans, compile_s=1.5, compiles=0, refined=REFINED_PLANS) == pytest.approx(
+        reserve.final_floor_s(plans, refined=REFINED_PLANS) + 2 * 0.5)
 
 
 def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):
