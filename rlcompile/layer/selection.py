@@ -539,10 +539,10 @@ def select_segments(
         fits, until = probe_deadline(deadline, reserve.after_probe_s(candidates, compile_s, refined), probe_floor_s)
         if not fits:
             break
-        later = 0 if round_index + 1 >= REFINE_ROUNDS else REFINED_PLANS
+        later = 0 if round_index + 1 >= REFINE_ROUNDS else REFINED_PLANS  # what the next probe would find
+        ready = None if until is None else until + refined * compile_s  # this probe's finds compiled
         solve = refined > 0 and another_probe_fits(
-            deadline, until and until + refined * compile_s,
-            reserve.after_probe_s(candidates, compile_s, later, refined + later), probe_floor_s)
+            deadline, ready, reserve.after_probe_s(candidates, compile_s, later, refined + later), probe_floor_s)
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
                                  progress, until, round_index, solve, original.proto)  # fmt: skip
         save_table(problem.table, path)
