@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="qlearning", help="with --manifest: a label of the candidate to time")
     parser.add_argument("--out", type=Path, default=Path("results/plan_stability"))
     args = parser.parse_args(argv)
+    if args.blocks < 1:
+        print("error: --blocks must be at least 1", file=sys.stderr)
+        return 2
     try:
         grouped = group_model(load_model(args.model))
         if args.manifest is not None:
