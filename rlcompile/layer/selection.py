@@ -534,12 +534,12 @@ def select_segments(
         timed = [c for c in probe_candidates(candidates) if c.engine is not None and c.error is None]
         if not any(is_mixed(c) and not c.probed for c in timed):
             break
-        refined = 0 if round_index == REFINE_ROUNDS else REFINED_PLANS  # the last probe solves no more
+        refined = plans_found(round_index)
         probe_floor_s = contest.floor_seconds([call_s, *plan_seconds(timed, call_s)])
         fits, until = probe_deadline(deadline, reserve.after_probe_s(candidates, compile_s, refined), probe_floor_s)
         if not fits:
             break
-        later = 0 if round_index + 1 >= REFINE_ROUNDS else REFINED_PLANS  # what the next probe would find
+        later = plans_found(round_index + 1)
         ready = None if until is None else until + refined * compile_s  # this probe's finds compiled
         solve = refined > 0 and another_probe_fits(
             deadline, ready, reserve.after_probe_s(candidates, compile_s, later, refined + later), probe_floor_s)
@@ -983,6 +983,12 @@ class FinalReserve:
         measured 1.16-1.26x their prediction (select-predictions/49)."""
         refined = compiles if refined is None else refined
         return self.final_floor_s(candidates, refined) + compiles * compile_s + self.runtimes * self.whole_s
+
+
+def plans_found(round_index: int) -> int:
+    """How many plans the refining probe of ``round_index`` (from 1) leads to: :data:`REFINED_PLANS`, none from the
+    last one (:data:`REFINE_ROUNDS`), which solves no more."""
+    return 0 if round_index >= REFINE_ROUNDS else REFINED_PLANS
 
 
 def native_runtimes(natives: Collection[str]) -> int:
