@@ -2,6 +2,7 @@
 
     python benchmarks/plan_stability.py [--model lenet5|PATH.onnx] [--library torch] [--threads 2] [--blocks 12]
                                         [--manifest DIR/manifest.json --label "qlearning (refined)"]
+                                        [--variant pinned|one-thread|twin]
                                         [--out results/plan_stability]
 
 The plan is ``--library`` wherever it runs and ONNX Runtime for the other groups (the single-library plan
@@ -11,6 +12,18 @@ labels include ``--label`` (the agent's mixed plan, say). Timed: its first ten c
 contest's wind-down), then 100 calls of the plan alone. Each block also records the plan's time in each library
 (its segments' clocks, summed per call, the median): which library's segments carry a slow block. If the table is
 to predict such a plan within 15%, its own blocks must agree within that.
+
+``--variant`` compiles the plan a second time with its ONNX Runtime segments run another way and times it in each
+block too, the plan and it taking turns at following ORT native (one process, the same blocks, so a slow spell of
+the machine falls on both): ``pinned``, their intra-op workers pinned to the CPUs after the first
+(``session.intra_op_thread_affinities``; the calling thread stays free), ``one-thread``, one thread each (no worker
+to wake at each segment), or ``twin``, as they are (what two identical plans differ by, block by block).
+Measured at stop 57 on the 2-core Zen 4 VM (``results/plan_stability/ocr-det-mixed-variants``: ocr-det's
+20-segment Q-learning plan from ``manifest.json``, 24 blocks each, one run after the other): the twin over the plan,
+block by block, median 0.948 and 1.010 (0.66-1.57 between blocks); pinned 0.994 and 0.924 (0.57-1.55);
+one-thread 1.072 (0.72-1.36). Neither way of running the ORT segments moves the plan beyond what an identical
+plan differs by, so neither was adopted: the plan's blocks disagree because of when they run, not how its ORT
+segments use the threads.
 
 Measured on the lent H100 machine's host (a quiet 16-core Xeon, 16 threads), hf:mobilenet-v2's PyTorch plan (34
 segments): 20-25 ms a call after two warm-up calls, then block medians of 40-82 ms beside ORT native (minima
@@ -25,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +53,7 @@ from rlcompile.layer.group_table import group_model
 from rlcompile.machine import environment
 from rlcompile.models import load_model
 from rlcompile.runtimes import RuntimeOptions
+from rlcompile.runtimes.ort import OrtRuntime
 
 console = Console()
 PAUSE_S = 0.05
@@ -81,6 +96,36 @@ def manifest_plan(path: Path, label: str, groups: int) -> list[str]:
     raise RlcompileError(f"{path}: no candidate labelled {label!r}")
 
 
+class PinnedOrt(OrtRuntime):
+    """ONNX Runtime whose plan segments pin their intra-op workers to the CPUs after the first, one each."""
+
+    def session_options(self, options: RuntimeOptions):
+        session = super().session_options(options)
+        cpus = sorted(os.sched_getaffinity(0))
+        workers = min(session.intra_op_num_threads, len(cpus)) - 1
+        if not options.exclusive and workers > 0:
+            session.add_session_config_entry("session.intra_op_thread_affinities",
+                                             ";".join(str(cpu + 1) for cpu in cpus[1 : workers + 1]))  # fmt: skip
+        return session
+
+
+class OneThreadOrt(OrtRuntime):
+    """ONNX Runtime whose plan segments run on the calling thread alone."""
+
+    def session_options(self, options: RuntimeOptions):
+        session = super().session_options(options)
+        if not options.exclusive:
+            session.intra_op_num_threads = 1
+        return session
+
+
+class TwinOrt(OrtRuntime):
+    """ONNX Runtime as the plan runs it, compiled again: what an identical plan differs by, block by block."""
+
+
+VARIANTS = {"pinned": PinnedOrt, "one-thread": OneThreadOrt, "twin": TwinOrt}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="lenet5")
@@ -89,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--manifest", type=Path, default=None, help="a select plan directory's manifest.json")
     parser.add_argument("--label", default="qlearning", help="with --manifest: a label of the candidate to time")
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default=None,
+                        help="also time the plan with its ONNX Runtime segments run this way, in every block")
     parser.add_argument("--out", type=Path, default=Path("results/plan_stability"))
     args = parser.parse_args(argv)
     if args.blocks < 1:
@@ -110,16 +157,25 @@ def main(argv: list[str] | None = None) -> int:
     feeds = grouped.feeds
     native = grouped.original.compile(created["ort"], RuntimeOptions(args.threads, exclusive=True)).timer(feeds)
     engine = grouped.engine(plan, args.threads, created)
+    variant = None if args.variant is None else grouped.engine(plan, args.threads,
+                                                               created | {"ort": VARIANTS[args.variant]()})  # fmt: skip
     run = lambda: engine.run(feeds)  # noqa: E731
     first = milliseconds(run, 10)
+    if variant is not None:
+        milliseconds(lambda: variant.run(feeds), 10)
     blocks = []
-    for _ in range(args.blocks):
+    for index in range(args.blocks):
         native_ms = milliseconds(native, BLOCK_CALLS)
         time.sleep(PAUSE_S)
-        plan_ms, library_ms = clocked_ms(engine, feeds, BLOCK_CALLS)
-        time.sleep(PAUSE_S)
-        blocks.append({"native_median_ms": float(np.median(native_ms)), "plan_median_ms": float(np.median(plan_ms)),
-                       "plan_min_ms": min(plan_ms), "plan_library_ms": library_ms})  # fmt: skip
+        block = {"native_median_ms": float(np.median(native_ms))}
+        # with a variant, the two take turns at following ORT native
+        for name, timed in ([("plan", engine), ("variant", variant)][:: -1 if index % 2 else 1] if variant
+                            else [("plan", engine)]):  # fmt: skip
+            times, library_ms = clocked_ms(timed, feeds, BLOCK_CALLS)
+            time.sleep(PAUSE_S)
+            block |= {f"{name}_median_ms": float(np.median(times)), f"{name}_min_ms": min(times),
+                      f"{name}_library_ms": library_ms}  # fmt: skip
+        blocks.append(block)
     alone = milliseconds(run, 5 * BLOCK_CALLS)
     alone_medians = [float(np.median(alone[i : i + BLOCK_CALLS])) for i in range(0, len(alone), BLOCK_CALLS)]
     medians = [block["plan_median_ms"] for block in blocks]
@@ -132,16 +188,35 @@ def main(argv: list[str] | None = None) -> int:
     for library in sorted(blocks[0]["plan_library_ms"]):
         shares = [block["plan_library_ms"][library] for block in blocks]
         console.print(f"  its {library} segments: {min(shares):.1f}-{max(shares):.1f} ms a call (block medians)")
+    if variant is not None:
+        summary = variant_summary(blocks)
+        low, high = summary["variant_min_ms"], summary["variant_max_ms"]
+        console.print(f"{args.variant}: block medians {low:.1f}-{high:.1f} ms "
+                      f"(x{summary['variant_spread']:.2f}) against the plan's x{summary['plan_spread']:.2f}; "
+                      f"{args.variant} / plan, block by block: median {summary['ratio_median']:.3f} "
+                      f"({summary['ratio_min']:.2f}-{summary['ratio_max']:.2f})")  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     atomic.write_json(args.out / "plan_stability.json", {
         "environment": environment(args.threads), "model": args.model,
         "library": None if args.manifest else args.library, "label": args.label if args.manifest else None,
         "assignment": plan,
         "segments": len(engine.compiled), "first_calls_ms": first, "blocks": blocks,
-        "alone_block_medians_ms": alone_medians,
+        "alone_block_medians_ms": alone_medians, "variant": args.variant,
+        "variant_summary": variant_summary(blocks) if variant is not None else None,
     })  # fmt: skip
     console.print(f"wrote {args.out / 'plan_stability.json'}")
     return 0
+
+
+def variant_summary(blocks: list[dict]) -> dict[str, float]:
+    """The variant's block medians beside the plan's: each one's spread (slowest over fastest block) and the
+    variant's time over the plan's in the same block."""
+    plan = np.array([block["plan_median_ms"] for block in blocks])
+    other = np.array([block["variant_median_ms"] for block in blocks])
+    ratio = other / plan
+    return {"plan_spread": float(plan.max() / plan.min()), "variant_spread": float(other.max() / other.min()),
+            "variant_min_ms": float(other.min()), "variant_max_ms": float(other.max()),
+            "ratio_median": float(np.median(ratio)), "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max())}
 
 
 if __name__ == "__main__":
