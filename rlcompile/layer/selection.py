@@ -1029,14 +1029,13 @@ def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int
     Each runs twice, in two identical sessions: their ratio is the timing noise of this run. OpenVINO refusing
     the model whole (an operator its converter rejects) leaves it out of the native runs, said in an event.
     """
-    timers = {}
-    for name in (NOISE_PROBE, "ort native"):
-        timers[name] = model.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True)
-                                     ).timer(feeds)  # fmt: skip
+    reference = model.compile_copies(runtimes.create(REFERENCE_RUNTIME), 2, RuntimeOptions(threads, exclusive=True))
+    timers = {name: runner.timer(feeds) for name, runner in zip((NOISE_PROBE, "ort native"), reference, strict=True)}
     if "openvino" in created:
         try:
-            openvino = {name: model.compile(created["openvino"], RuntimeOptions(threads)).timer(feeds)
-                        for name in (OPENVINO_NOISE_PROBE, "openvino native")}  # fmt: skip
+            runners = model.compile_copies(created["openvino"], 2, RuntimeOptions(threads))
+            names = (OPENVINO_NOISE_PROBE, "openvino native")
+            openvino = {name: runner.timer(feeds) for name, runner in zip(names, runners, strict=True)}
         except RlcompileError as error:  # OpenVINO cannot take the model whole: the native run is ONNX Runtime's
             progress(Event("layer", f"OpenVINO does not run the whole model natively: {first_line(error)}"))
         else:

@@ -87,10 +87,15 @@ class LoadedModel:
     def compile(self, runtime: Runtime, options: RuntimeOptions | None = None) -> Runner:
         """This model compiled by ``runtime`` (natively unless ``options`` say otherwise): the one way a whole
         model is handed to a runtime, folded first for runtimes that need constant shapes."""
+        return self.compile_copies(runtime, 1, options)[0]
+
+    def compile_copies(self, runtime: Runtime, count: int, options: RuntimeOptions | None = None) -> list[Runner]:
+        """``count`` independent compiles of this model by ``runtime`` (a native run and its identical twin), the
+        model handed over once (:meth:`~rlcompile.runtimes.base.Runtime.compile_copies`)."""
         from rlcompile.runtimes import NATIVE
 
         proto = self.static_proto() if runtime.needs_static_shapes else self.proto
-        return runtime.compile(proto, options or NATIVE, self.name)
+        return runtime.compile_copies(proto, count, options or NATIVE, self.name)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Reproducible random inputs; see :func:`random_tensor`."""

@@ -122,6 +122,12 @@ class Runtime(ABC):
         Raises :class:`~rlcompile.errors.RlcompileError` (one line) when the runtime cannot take the model.
         """
 
+    def compile_copies(self, model: onnx.ModelProto, count: int, options: RuntimeOptions = NATIVE,
+                       name: str | None = None) -> list[Runner]:  # fmt: skip
+        """``count`` independent compiles of one model (a native run and its identical twin): each its own session,
+        the model read once where the library allows (a large model's reading can take seconds)."""
+        return [self.compile(model, options, name) for _ in range(count)]
+
     def save(self, runner: Runner, stem: Path) -> list[str]:
         """Write what ``runner`` compiled next to ``stem`` (the model's ``.onnx`` path without suffix).
 

@@ -100,11 +100,20 @@ class OrtRuntime(Runtime):
         return session
 
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> OrtRunner:
+        return self.compile_copies(model, 1, options, name)[0]
+
+    def compile_copies(self, model: onnx.ModelProto, count: int, options: RuntimeOptions = NATIVE,
+                       name: str | None = None) -> list[OrtRunner]:  # fmt: skip
+        """``count`` sessions of ``model``, serialized once."""
         self.check_precision(options)
         started = time.perf_counter()
-        session = create_session(model.SerializeToString(), self.session_options(options),
-                                 model_name(model, name, "segment"))  # fmt: skip
-        return OrtRunner(session, time.perf_counter() - started)
+        serialized, label = model.SerializeToString(), model_name(model, name, "segment")
+        serialize_s, runners = time.perf_counter() - started, []
+        for _ in range(count):
+            started = time.perf_counter()
+            session = create_session(serialized, self.session_options(options), label)
+            runners.append(OrtRunner(session, serialize_s + time.perf_counter() - started))
+        return runners
 
     def describe(self, options: RuntimeOptions = NATIVE) -> str:
         return f"ort ({self.opt_level}, {self.threads(options)} threads)"

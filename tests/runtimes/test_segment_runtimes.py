@@ -44,6 +44,18 @@ def test_library_compiles_a_segment_that_agrees_with_onnx_runtime(name: str):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_library_compiles_independent_copies_that_agree(name: str):
+    """A native run and its identical twin: two runners of their own (two sessions), the same outputs."""
+    proto = cnn_block()
+    x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    first, second = runtimes.create(name).compile_copies(proto, 2, RuntimeOptions(1))
+    assert first is not second
+    assert first.prepare_seconds > 0 and second.prepare_seconds > 0
+    assert compare_outputs(run_proto(proto, {"x": x}), first([x])).within()
+    assert np.array_equal(first([x])[0], second([x])[0])
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_library_saves_and_loads_what_it_compiled(name: str, tmp_path: Path):
     proto = cnn_block()
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
