@@ -43,9 +43,10 @@ def test_library_compiles_a_segment_that_agrees_with_onnx_runtime(name: str):
     assert compare_outputs(run_proto(proto, feeds), runner([feeds["x"]])).within()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ["ort", "openvino"])
 def test_library_compiles_independent_copies_that_agree(name: str):
-    """A native run and its identical twin: two runners of their own (two sessions), the same outputs."""
+    """A native run and its identical twin: two runners of their own (two sessions), the same outputs. (PyTorch and
+    TVM keep the base class's loop over ``compile``: 5 s of the suite for a loop.)"""
     proto = cnn_block()
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype(np.float32)
     first, second = runtimes.create(name).compile_copies(proto, 2, RuntimeOptions(1))
