@@ -163,14 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     first = milliseconds(run, 10)
     if variant is not None:
         milliseconds(lambda: variant.run(feeds), 10)
+    contenders = [("plan", engine), *([("variant", variant)] if variant is not None else [])]
     blocks = []
     for index in range(args.blocks):
         native_ms = milliseconds(native, BLOCK_CALLS)
         time.sleep(PAUSE_S)
         block = {"native_median_ms": float(np.median(native_ms))}
-        # with a variant, the two take turns at following ORT native
-        for name, timed in ([("plan", engine), ("variant", variant)][:: -1 if index % 2 else 1] if variant
-                            else [("plan", engine)]):  # fmt: skip
+        for name, timed in contenders[:: -1 if index % 2 else 1]:  # the two take turns at following ORT native
             times, library_ms = clocked_ms(timed, feeds, BLOCK_CALLS)
             time.sleep(PAUSE_S)
             block |= {f"{name}_median_ms": float(np.median(times)), f"{name}_min_ms": min(times),
@@ -188,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     for library in sorted(blocks[0]["plan_library_ms"]):
         shares = [block["plan_library_ms"][library] for block in blocks]
         console.print(f"  its {library} segments: {min(shares):.1f}-{max(shares):.1f} ms a call (block medians)")
-    if variant is not None:
-        summary = variant_summary(blocks)
+    summary = variant_summary(blocks) if variant is not None else None
+    if summary is not None:
         low, high = summary["variant_min_ms"], summary["variant_max_ms"]
         console.print(f"{args.variant}: block medians {low:.1f}-{high:.1f} ms "
                       f"(x{summary['variant_spread']:.2f}) against the plan's x{summary['plan_spread']:.2f}; "
@@ -202,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "assignment": plan,
         "segments": len(engine.compiled), "first_calls_ms": first, "blocks": blocks,
         "alone_block_medians_ms": alone_medians, "variant": args.variant,
-        "variant_summary": variant_summary(blocks) if variant is not None else None,
+        "variant_summary": summary,
     })  # fmt: skip
     console.print(f"wrote {args.out / 'plan_stability.json'}")
     return 0
