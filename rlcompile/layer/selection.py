@@ -1029,13 +1029,16 @@ def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int
     Each runs twice, in two identical sessions: their ratio is the timing noise of this run. OpenVINO refusing
     the model whole (an operator its converter rejects) leaves it out of the native runs, said in an event.
     """
-    reference = model.compile_copies(runtimes.create(REFERENCE_RUNTIME), 2, RuntimeOptions(threads, exclusive=True))
-    timers = {name: runner.timer(feeds) for name, runner in zip((NOISE_PROBE, "ort native"), reference, strict=True)}
+
+    def twins(runtime, options: RuntimeOptions, names: tuple[str, str]) -> dict[str, Callable]:
+        runners = model.compile_copies(runtime, len(names), options)
+        return {name: runner.timer(feeds) for name, runner in zip(names, runners, strict=True)}
+
+    timers = twins(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True),
+                   (NOISE_PROBE, "ort native"))  # fmt: skip
     if "openvino" in created:
         try:
-            runners = model.compile_copies(created["openvino"], 2, RuntimeOptions(threads))
-            names = (OPENVINO_NOISE_PROBE, "openvino native")
-            openvino = {name: runner.timer(feeds) for name, runner in zip(names, runners, strict=True)}
+            openvino = twins(created["openvino"], RuntimeOptions(threads), (OPENVINO_NOISE_PROBE, "openvino native"))
         except RlcompileError as error:  # OpenVINO cannot take the model whole: the native run is ONNX Runtime's
             progress(Event("layer", f"OpenVINO does not run the whole model natively: {first_line(error)}"))
         else:
