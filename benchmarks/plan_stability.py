@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -53,7 +52,8 @@ from rlcompile.layer.group_table import group_model
 from rlcompile.machine import environment
 from rlcompile.models import load_model
 from rlcompile.runtimes import RuntimeOptions
-from rlcompile.runtimes.ort import OrtRuntime
+from rlcompile.runtimes.ort import OrtRuntime, session_options
+from rlcompile.threads import spinning_allowed
 
 console = Console()
 PAUSE_S = 0.05
@@ -96,16 +96,15 @@ def manifest_plan(path: Path, label: str, groups: int) -> list[str]:
     raise RlcompileError(f"{path}: no candidate labelled {label!r}")
 
 
-class PinnedOrt(OrtRuntime):
-    """ONNX Runtime whose plan segments pin their intra-op workers to the CPUs after the first, one each."""
+class UnpinnedOrt(OrtRuntime):
+    """ONNX Runtime whose plan segments leave their intra-op workers unpinned (how plans ran before stop 58)."""
 
     def session_options(self, options: RuntimeOptions):
-        session = super().session_options(options)
-        cpus = sorted(os.sched_getaffinity(0))
-        workers = min(session.intra_op_num_threads, len(cpus)) - 1
-        if not options.exclusive and workers > 0:
-            session.add_session_config_entry("session.intra_op_thread_affinities",
-                                             ";".join(str(cpu + 1) for cpu in cpus[1 : workers + 1]))  # fmt: skip
+        if options.exclusive:
+            return super().session_options(options)
+        session = session_options(self.opt_level, options.thread_count)
+        if not spinning_allowed():
+            session.add_session_config_entry("session.force_spinning_stop", "1")
         return session
 
 
@@ -123,7 +122,7 @@ class TwinOrt(OrtRuntime):
     """ONNX Runtime as the plan runs it, compiled again: what an identical plan differs by, block by block."""
 
 
-VARIANTS = {"pinned": PinnedOrt, "one-thread": OneThreadOrt, "twin": TwinOrt}
+VARIANTS = {"unpinned": UnpinnedOrt, "one-thread": OneThreadOrt, "twin": TwinOrt}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Natively (``exclusive``) the session keeps ONNX Runtime's own idle-thread policy, as a user runs it; as
 one segment of a plan its workers stop spinning once a run is over (``session.force_spinning_stop``),
-so the next segment's library gets the cores (:mod:`rlcompile.threads`).
+so the next segment's library gets the cores, and are pinned to the CPUs after the first, so that each
+segment runs at one speed (:mod:`rlcompile.threads`).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class OrtRuntime(Runtime):
 
     def session_options(self, options: RuntimeOptions) -> ort.SessionOptions:
         session = session_options(self.opt_level, options.thread_count)
-        for key, value in ({} if options.exclusive else ort_session_config()).items():
+        for key, value in ({} if options.exclusive else ort_session_config(options.thread_count)).items():
             session.add_session_config_entry(key, value)
         return session
 

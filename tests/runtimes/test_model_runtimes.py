@@ -3,6 +3,8 @@ is refused."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from rlcompile import runtimes
 from rlcompile.errors import RlcompileError, TargetError, UnsupportedOperatorError
 from rlcompile.models import load_model
+from rlcompile.runtimes import RuntimeOptions
 from rlcompile.verify import compare_outputs
 
 
@@ -54,6 +57,34 @@ def test_session_reports_prepare_time_threads_and_runs_its_timer(lenet5, name: s
     timer = session.timer(lenet5.random_inputs())
     timer()
     timer()
+
+
+def threads_pinned_to(cpu: int, expected: int, wait_s: float = 5.0) -> int:
+    """How many of this process's threads may run on ``cpu`` alone, once ``expected`` (or after ``wait_s``): a
+    worker pins itself when it starts, a moment after its session is created."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        count = 0
+        for status in Path("/proc/self/task").glob("*/status"):
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            count += fields.get("Cpus_allowed_list", "").strip() == str(cpu)
+        if count == expected or time.monotonic() > deadline:
+            return count
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="a worker is pinned to the second CPU this process may use")  # fmt: skip
+def test_a_plan_segments_ort_worker_is_pinned_and_a_native_sessions_is_not(lenet5) -> None:
+    second = sorted(os.sched_getaffinity(0))[1]
+    inputs, before = lenet5.random_inputs(), threads_pinned_to(second, -1, wait_s=0.0)
+    lenet5.compile(runtimes.create("ort"), RuntimeOptions(2, exclusive=True)).run(inputs)
+    assert threads_pinned_to(second, -1, wait_s=0.3) == before  # as a user runs ONNX Runtime
+    segment = lenet5.compile(runtimes.create("ort"), RuntimeOptions(2))
+    segment.run(inputs)
+    assert threads_pinned_to(second, before + 1) == before + 1  # its one worker; the calling thread stays free
+    lenet5.compile(runtimes.create("ort"), RuntimeOptions(1)).run(inputs)
+    assert threads_pinned_to(second, -1, wait_s=0.3) == before + 1  # one thread: no worker to pin
 
 
 def test_tvm_uses_this_cpu_and_all_cores() -> None:
