@@ -2,7 +2,7 @@
 
     python benchmarks/plan_stability.py [--model lenet5|PATH.onnx] [--library torch] [--threads 2] [--blocks 12]
                                         [--manifest DIR/manifest.json --label "qlearning (refined)"]
-                                        [--variant pinned|one-thread|twin]
+                                        [--variant unpinned|one-thread|twin]
                                         [--out results/plan_stability]
 
 The plan is ``--library`` wherever it runs and ONNX Runtime for the other groups (the single-library plan
@@ -15,15 +15,17 @@ to predict such a plan within 15%, its own blocks must agree within that.
 
 ``--variant`` compiles the plan a second time with its ONNX Runtime segments run another way and times it in each
 block too, the plan and it taking turns at following ORT native (one process, the same blocks, so a slow spell of
-the machine falls on both): ``pinned``, their intra-op workers pinned to the CPUs after the first
-(``session.intra_op_thread_affinities``; the calling thread stays free), ``one-thread``, one thread each (no worker
-to wake at each segment), or ``twin``, as they are (what two identical plans differ by, block by block).
+the machine falls on both): ``unpinned``, their intra-op workers left to the scheduler (plans pin them to the CPUs
+after the first since stop 58), ``one-thread``, one thread each (no worker to wake at each segment), or ``twin``, as
+they are (what two identical plans differ by, block by block).
 Measured at stop 57 on the 2-core Zen 4 VM (``results/plan_stability/ocr-det-mixed-variants``: ocr-det's
-20-segment Q-learning plan from ``manifest.json``, 24 blocks each, one run after the other): the twin over the plan,
-block by block, median 0.948 and 1.010 (0.66-1.57 between blocks); pinned 0.994 and 0.924 (0.57-1.55);
-one-thread 1.072 (0.72-1.36). Neither way of running the ORT segments moves the plan beyond what an identical
-plan differs by, so neither was adopted: the plan's blocks disagree because of when they run, not how its ORT
-segments use the threads.
+20-segment Q-learning plan from ``manifest.json``, 24 blocks each, one run after the other, the plan unpinned then):
+the twin over the plan, block by block, median 0.948 and 1.010 (0.66-1.57 between blocks); pinned 0.994 and 0.924
+(0.57-1.55); one-thread 1.072 (0.72-1.36): the VM's spells hid any difference. At stop 58 on the lent machine's Xeon
+(2 of its cores; ``results/plan_stability/albert-xeon-variants``, hf:albert's 5-segment plan, 30 blocks each): the
+unpinned plan's ORT segments took 0.3-0.4 or 1.3-4.4 ms a call, a block at a time (over 0.8 ms in 20 of 30 blocks);
+pinned 0.21-0.38 ms in all 30 (the plan 0.881x its unpinned self, block by block), one thread each 0.22-0.41 ms
+(0.900x). Pinning was adopted.
 
 Measured on the lent H100 machine's host (a quiet 16-core Xeon, 16 threads), hf:mobilenet-v2's PyTorch plan (34
 segments): 20-25 ms a call after two warm-up calls, then block medians of 40-82 ms beside ORT native (minima
