@@ -64,6 +64,7 @@ from rlcompile.measure import (
     Contender,
     MeasureConfig,
     Settle,
+    Timer,
     contest,
     measure_after,
     measure_latency,
@@ -73,7 +74,7 @@ from rlcompile.models import tables_home
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
-from rlcompile.threads import spinning_allowed, wind_down_s
+from rlcompile.threads import spinning_allowed
 
 GROUP_TABLE_VERSION = 7
 #: Timing of a whole single-library plan during calibration.
@@ -198,7 +199,7 @@ def table_file(model: LoadedModel, names: Sequence[str], threads: int, directory
 def load_or_profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], threads: int, path: Path,
                            progress: Listener = ignore, deadline: float | None = None,
                            calibrate_by: float | None = None,
-                           gauges: Mapping[str, Callable[[], object]] | None = None,
+                           gauges: Mapping[str, Timer] | None = None,
                            ) -> tuple[LookupTable, bool]:  # fmt: skip
     """The stored table when there is one, else a fresh profile (saved). Returns (table, reused).
 
@@ -222,7 +223,7 @@ def profile_groups(grouped: GroupedModel, created: Mapping[str, Runtime], thread
                    progress: Listener = ignore, timing: MeasureConfig = LAYER_TIMING,
                    checkpoint: Path | None = None, deadline: float | None = None,
                    calibrate_by: float | None = None,
-                   gauges: Mapping[str, Callable[[], object]] | None = None) -> LookupTable:  # fmt: skip
+                   gauges: Mapping[str, Timer] | None = None) -> LookupTable:  # fmt: skip
     """Standalone group times, boundary costs, then the calibration on single-library plans (its contest
     ending by ``calibrate_by``, the ``gauges`` timed beside them).
 
@@ -556,7 +557,7 @@ def merge_twins(plans: dict[str, float], natives: dict[str, float], twins: Seque
 
 def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, progress: Listener,
               timing: MeasureConfig = PLAN_TIMING, late: bool = False, deadline: float | None = None,
-              gauges: Mapping[str, Callable[[], object]] | None = None) -> None:  # fmt: skip
+              gauges: Mapping[str, Timer] | None = None) -> None:  # fmt: skip
     """Scale each library's in-context estimates, and the crossings between libraries its plan makes where it falls
     back to the default library, so the table predicts its measured single-library plan (:func:`fit_plans`).
 
@@ -591,10 +592,9 @@ def calibrate(table: LookupTable, grouped: GroupedModel, created, threads: int, 
                   for name, engine in engines.items()]  # fmt: skip
     if gauges is None and grouped.original is not None:
         native = grouped.original.compile(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True))
-        gauges = {NATIVE: native.timer(feeds)}
+        gauges = {NATIVE: native.timed(feeds)}
     gauges = gauges or {}
-    contenders += [Contender(label, call, wind_down_s=wind_down_s(label.split()[0], True))
-                   for label, call in gauges.items()]  # fmt: skip
+    contenders += [Contender.from_timer(label, timer) for label, timer in gauges.items()]
     rounds = MIN_ROUNDS if late else DECISION_ROUNDS
     settle = None
     if deadline is not None:  # unspread rounds take about rounds/2 of what fit_within counts for a contest

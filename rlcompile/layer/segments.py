@@ -21,7 +21,6 @@ import onnx.utils
 from rlcompile import runtimes
 from rlcompile.layer.groups import FusionGroup, outer_scope_reads
 from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
-from rlcompile.threads import wind_down_s
 
 
 @dataclass
@@ -178,7 +177,7 @@ class SegmentEngine:
     def wind_down_s(self) -> float:
         """How long its library's idle threads spin after a run (a plan of one ONNX Runtime segment runs it
         exclusively): what a contest waits after its turn."""
-        return wind_down_s(self.libraries[0], exclusive=True) if len(self.compiled) == 1 else 0.0
+        return self.compiled[0].runner.wind_down_s if len(self.compiled) == 1 else 0.0
 
     def run(self, feeds: Mapping[str, np.ndarray], clock: list[list[float]] | None = None) -> list[np.ndarray]:
         """The model's outputs for ``feeds``. ``clock`` (a list per segment): each segment's seconds in this run,

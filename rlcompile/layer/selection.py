@@ -61,6 +61,7 @@ from rlcompile.measure import (
     MeasureConfig,
     Settle,
     Standings,
+    Timer,
     contest,
     run_contest,
     spread_over,
@@ -69,7 +70,6 @@ from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.runtimes.ort import run_proto
-from rlcompile.threads import wind_down_s
 from rlcompile.verify import Agreement, compare_outputs
 
 #: Candidates measured within this fraction of the fastest are ties (then fewer segments wins).
@@ -211,7 +211,7 @@ class Selection:
     unavailable: dict[str, str] = field(default_factory=dict)
     rounds: int = 0  # how many rounds the final contest took
     #: the native runs' timers (sessions compiled once: the precision searches' final contest times them again)
-    native_calls: dict[str, Callable[[], object]] = field(default_factory=dict, repr=False)
+    native_calls: dict[str, Timer] = field(default_factory=dict, repr=False)
     #: each native run's block median in each round of the final contest, by round number
     native_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
     #: ONNX Runtime's outputs of the model on the grouped model's feeds (what the plans were checked against)
@@ -587,7 +587,7 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
     return candidates
 
 
-def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Callable],
+def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Candidate], natives: dict[str, Timer],
            feeds: dict, solver, seed: int, agent: str, timing: MeasureConfig, progress: Listener,
            deadline: float | None = None, round_index: int = 1, solve: bool = True,
            whole: onnx.ModelProto | None = None) -> tuple[SelectionProblem, SolverResult]:  # fmt: skip
@@ -736,7 +736,7 @@ def price_in_context(problem: SelectionProblem, candidates: list[Candidate],
     return fit
 
 
-def gauge_calls(natives: Mapping[str, Callable[[], object]]) -> dict[str, Callable[[], object]]:
+def gauge_calls(natives: Mapping[str, Timer]) -> dict[str, Timer]:
     """The native runs among ``natives`` that gauge a library's speed (:data:`GAUGES`), by label."""
     return {label: natives[label] for label in GAUGES if label in natives}
 
@@ -843,7 +843,7 @@ def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], creat
     return seconds
 
 
-def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callable], timing: MeasureConfig,
+def time_candidates_once(candidates: list[Candidate], natives: dict[str, Timer], timing: MeasureConfig,
                          feeds: dict[str, np.ndarray], native_proto: onnx.ModelProto | None = None,
                          settle: Settle | None = None, progress: Listener = ignore,
                          clocked: bool = False) -> Standings:  # fmt: skip
@@ -857,14 +857,13 @@ def time_candidates_once(candidates: list[Candidate], natives: dict[str, Callabl
     """
     runnable = [c for c in candidates if c.engine is not None and c.error is None]
     # the twins run first and ORT native last in the first round, so their ratio spans the round
-    pause = {name: wind_down_s(name.split()[0], exclusive=True) for name in natives}  # "ort native": its library
-    probes = [Contender(name, call, twin_of=PROBES[name], wind_down_s=pause[name])
-              for name, call in natives.items() if name in PROBES]  # fmt: skip
+    probes = [Contender.from_timer(name, timer, twin_of=PROBES[name])
+              for name, timer in natives.items() if name in PROBES]  # fmt: skip
     clocks = [[[] for _ in c.engine.compiled] if clocked else None for c in runnable]
     plans = [Contender(f"plan {index}", lambda c=c, clock=clock: c.engine.run(feeds, clock),
                        native_twin(c, native_proto, natives), c.segments, c.engine.wind_down_s)
              for index, (c, clock) in enumerate(zip(runnable, clocks, strict=True))]  # fmt: skip
-    others = [Contender(name, call, wind_down_s=pause[name]) for name, call in natives.items() if name not in PROBES]
+    others = [Contender.from_timer(name, timer) for name, timer in natives.items() if name not in PROBES]
     standings = run_contest([*probes, *plans, *others], spread_over(timing, ROUNDS), ROUNDS, settle)
     report_noise(standings, progress)
     for candidate, contender, clock in zip(runnable, plans, clocks, strict=True):
@@ -913,7 +912,7 @@ def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, nati
     return label if label in natives else None
 
 
-def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Callable],
+def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Timer],
                     timing: MeasureConfig, progress: Listener, deadline: float | None = None,
                     native_proto: onnx.ModelProto | None = None) -> Standings:  # fmt: skip
     """The final measurement: every candidate and every native run, in one contest (shortened to end by
@@ -1023,16 +1022,16 @@ def another_probe_fits(deadline: float | None, ready: float | None, after_s: flo
 
 
 def native_timers(model: LoadedModel, feeds: dict[str, np.ndarray], threads: int, created,
-                  progress: Listener = ignore) -> dict[str, Callable]:  # fmt: skip
+                  progress: Listener = ignore) -> dict[str, Timer]:  # fmt: skip
     """ONNX Runtime (and OpenVINO when it takes the whole model) on the original model, as a user would run it.
 
     Each runs twice, in two identical sessions: their ratio is the timing noise of this run. OpenVINO refusing
     the model whole (an operator its converter rejects) leaves it out of the native runs, said in an event.
     """
 
-    def twins(runtime, options: RuntimeOptions, names: tuple[str, str]) -> dict[str, Callable]:
+    def twins(runtime, options: RuntimeOptions, names: tuple[str, str]) -> dict[str, Timer]:
         runners = model.compile_copies(runtime, len(names), options)
-        return {name: runner.timer(feeds) for name, runner in zip(names, runners, strict=True)}
+        return {name: runner.timed(feeds) for name, runner in zip(names, runners, strict=True)}
 
     timers = twins(runtimes.create(REFERENCE_RUNTIME), RuntimeOptions(threads, exclusive=True),
                    (NOISE_PROBE, "ort native"))  # fmt: skip

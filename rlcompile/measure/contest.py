@@ -75,6 +75,18 @@ PLAN_RULE = KeepRule(tie_band=0.02)
 
 
 @dataclass(frozen=True)
+class Timer:
+    """One call of a compiled model on inputs already in place (``call``), and the seconds its library's idle
+    threads keep a core busy after it (``wind_down_s``, the runner's): a native run as the contests time it."""
+
+    call: Callable[[], object]
+    wind_down_s: float = 0.0
+
+    def __call__(self) -> object:
+        return self.call()
+
+
+@dataclass(frozen=True)
 class Contender:
     """One thing to time. ``twin_of``: the label of the contender this one runs identically (a noise
     probe). ``simplicity``: lower is simpler (fewer segments); ties go to the simplest."""
@@ -86,6 +98,11 @@ class Contender:
     #: seconds to wait after this contender's turn while its library's idle threads wind down
     #: (:data:`~rlcompile.threads.SPIN_WIND_DOWN_S` for an ONNX Runtime session that spins between runs)
     wind_down_s: float = 0.0
+
+    @classmethod
+    def from_timer(cls, label: str, timer: Timer, twin_of: str | None = None) -> Contender:
+        """``timer`` as a contender: its call, followed by its wind-down."""
+        return cls(label, timer.call, twin_of, wind_down_s=timer.wind_down_s)
 
 
 @dataclass(frozen=True)

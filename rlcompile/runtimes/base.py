@@ -24,6 +24,7 @@ import onnx
 
 from rlcompile.errors import RlcompileError, check_choice
 from rlcompile.machine import host_cores
+from rlcompile.measure.contest import Timer
 
 Feeds = Mapping[str, np.ndarray]
 #: The float precisions a runtime may be asked for: ``fp32`` (exact as the model says) and ``bf16`` (float
@@ -70,6 +71,8 @@ class Runner(ABC):
     input_names: list[str]
     #: seconds :meth:`Runtime.compile` spent (import, compile, session creation)
     prepare_seconds: float = 0.0
+    #: seconds its library's idle threads keep a core busy after a call (:func:`~rlcompile.threads.wind_down_s`)
+    wind_down_s: float = 0.0
 
     @abstractmethod
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
@@ -88,6 +91,10 @@ class Runner(ABC):
         result is ready: timing it measures inference and nothing else."""
         arrays = [feeds[name] for name in self.input_names]
         return lambda: self(arrays)
+
+    def timed(self, feeds: Feeds) -> Timer:
+        """:meth:`timer` with this runner's wind-down: what a contest times it as."""
+        return Timer(self.timer(feeds), self.wind_down_s)
 
 
 class Runtime(ABC):

@@ -18,7 +18,7 @@ import onnxruntime as ort
 from rlcompile.errors import ModelError, UnsupportedOperatorError, first_line
 from rlcompile.machine import host_cores
 from rlcompile.runtimes.base import NATIVE, Feeds, Runner, Runtime, RuntimeOptions, model_name
-from rlcompile.threads import ort_session_config
+from rlcompile.threads import ort_session_config, wind_down_s
 
 OPT_LEVELS: Mapping[str, ort.GraphOptimizationLevel] = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -63,10 +63,11 @@ def run_proto_on_each(proto: onnx.ModelProto, samples: Sequence[Feeds]) -> list[
 
 
 class OrtRunner(Runner):
-    def __init__(self, session: ort.InferenceSession, prepare_seconds: float = 0.0) -> None:
+    def __init__(self, session: ort.InferenceSession, prepare_seconds: float = 0.0, wind_down_s: float = 0.0) -> None:
         self.session = session
         self.input_names = [value.name for value in session.get_inputs()]
         self.prepare_seconds = prepare_seconds
+        self.wind_down_s = wind_down_s
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, dict(zip(self.input_names, inputs, strict=True)))
@@ -110,10 +111,11 @@ class OrtRuntime(Runtime):
         started = time.perf_counter()
         serialized, label = model.SerializeToString(), model_name(model, name, "segment")
         serialize_s, runners = time.perf_counter() - started, []
+        pause = wind_down_s(self.name, options.exclusive, options.thread_count)
         for _ in range(count):
             started = time.perf_counter()
             session = create_session(serialized, self.session_options(options), label)
-            runners.append(OrtRunner(session, serialize_s + time.perf_counter() - started))
+            runners.append(OrtRunner(session, serialize_s + time.perf_counter() - started, pause))
         return runners
 
     def describe(self, options: RuntimeOptions = NATIVE) -> str:

@@ -87,6 +87,21 @@ def test_a_plan_segments_ort_worker_is_pinned_and_a_native_sessions_is_not(lenet
     assert threads_pinned_to(second, -1, wait_s=0.3) == before + 1  # one thread: no worker to pin
 
 
+@pytest.mark.parametrize(("name", "options", "waits"), [
+    ("ort", RuntimeOptions(2, exclusive=True), True),  # its workers spin on after a run, as a user's do
+    ("ort", RuntimeOptions(2), False),  # a plan segment's stop when the run ends
+    ("ort", RuntimeOptions(1, exclusive=True), False),  # one thread: no worker to spin
+    ("openvino", RuntimeOptions(2, exclusive=True), False),  # its workers sleep soon after a call
+])  # fmt: skip
+def test_a_contest_waits_after_a_runner_only_while_its_workers_spin(lenet5, name, options, waits) -> None:
+    from rlcompile.threads import SPIN_WIND_DOWN_S
+
+    runner = lenet5.compile(runtimes.create(name), options)
+    timer = runner.timed(lenet5.random_inputs())
+    assert timer.wind_down_s == runner.wind_down_s == (SPIN_WIND_DOWN_S if waits else 0.0)
+    timer()
+
+
 def test_tvm_uses_this_cpu_and_all_cores() -> None:
     from rlcompile.machine import host_cores
 

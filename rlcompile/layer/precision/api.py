@@ -36,7 +36,6 @@ from rlcompile.measure import DEFAULT, Contender, MeasureConfig, Settle, run_con
 from rlcompile.models.onnx_model import random_tensor
 from rlcompile.runtimes import Runner
 from rlcompile.runtimes.ort import run_proto_on_each
-from rlcompile.threads import wind_down_s
 from rlcompile.verify import compare_outputs
 
 #: The searches run, in order (the agent's own comes last, with what the others measured in the cache).
@@ -208,8 +207,7 @@ def screen(evaluator: Evaluator, evaluations: list[Evaluation], deadline: float 
         except Exception:  # it ran in the search; its brief time judges it
             continue
         label = f"{index}: {evaluation.plan.label(len(evaluator.units))}"  # labels alone repeat (int8 k/n groups)
-        pause = wind_down_s(evaluation.plan.mode.runtime, exclusive=True)
-        contenders.append(Contender(label, runner.timer(feeds), wind_down_s=pause))
+        contenders.append(Contender.from_timer(label, runner.timed(feeds)))
         timed[label], runners[evaluation.plan] = evaluation, runner
     settle = Settle(max_batches=1, deadline=deadline) if deadline is not None else None
     standings = run_contest(contenders, evaluator.timing, SCREEN_ROUNDS, settle)
