@@ -87,6 +87,22 @@ def test_a_plan_segments_ort_worker_is_pinned_and_a_native_sessions_is_not(lenet
     assert threads_pinned_to(second, -1, wait_s=0.3) == before + 1  # one thread: no worker to pin
 
 
+@pytest.mark.parametrize(("cpus", "threads", "expected"), [
+    ({0, 1}, 2, "2"),  # the worker on the second CPU, ORT's 1-based numbering
+    ({4, 5, 6, 7}, 4, "6;7;8"),  # the CPUs this process may use, after the first
+    ({0, 1}, 4, "2;2;2"),  # more workers than CPUs: the ones after the first, in turn
+    ({0, 1}, 1, None),  # no worker
+    ({3}, 2, None),  # no second CPU
+])  # fmt: skip
+def test_ort_worker_affinities_pin_each_worker_to_a_cpu_after_the_first(monkeypatch, cpus, threads, expected) -> None:
+    """Machines with other CPU sets than this one's (a fault of sorts the tests cannot cause here): the affinity
+    string ORT is given."""
+    from rlcompile.threads import ort_worker_affinities
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cpus)
+    assert ort_worker_affinities(threads) == expected
+
+
 @pytest.mark.parametrize(("name", "options", "waits"), [
     ("ort", RuntimeOptions(2, exclusive=True), True),  # its workers spin on after a run, as a user's do
     ("ort", RuntimeOptions(2), False),  # a plan segment's stop when the run ends
