@@ -23,7 +23,8 @@ from rlcompile.layer.fit import BOUNDARY_SCALE_RANGE, bounded_least_squares, lib
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.table import LookupTable, switch_key
 
-#: A segment's correction of its groups' prices stays within this range.
+#: A segment's correction of its groups' prices stays within this range (of their price, and of their in-context
+#: estimate when the calibration moved their library's away from it: :func:`segment_factor_range`).
 SEGMENT_FACTOR_RANGE = (0.25, 4.0)
 #: Corrections closer to 1 than this are within the probe's noise and not applied.
 SEGMENT_FACTOR_DEADBAND = 0.03
@@ -177,7 +178,10 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     current = {(tag, key): table.boundary_scale(key) if tag == PAIR else table.segment_entry_ms.get(key, 0.0)
                for terms, _, _ in rows for (tag, key) in terms if tag in (PAIR, ENTRY)}  # fmt: skip
     most = max((len(segments) for _, segments in plans), default=1)
-    fitted = solve_factors([*rows, *totals], current, [1.0] * len(rows) + [float(most)] * len(totals))
+    calibrated = table.notes.get("context_factor") or {}
+    ranges = {key: segment_factor_range(calibrated.get(key[1], 1.0))
+              for terms, _, _ in rows for key in terms if key[0] not in (PAIR, ENTRY)}  # fmt: skip
+    fitted = solve_factors([*rows, *totals], current, [1.0] * len(rows) + [float(most)] * len(totals), ranges)
     factors: dict[str, dict[str, float]] = {}
     for k, name in enumerate(layers):
         for library in table.options[name]:
@@ -189,6 +193,18 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
     entries = {switch: fitted[(tag, switch)] for (tag, switch), before in current.items()
                if tag == ENTRY and abs(fitted[(tag, switch)] - before) > SEGMENT_ENTRY_DEADBAND_MS}  # fmt: skip
     return SegmentFit(factors, scales, entries)
+
+
+def segment_factor_range(calibrated: float) -> tuple[float, float]:
+    """The range of a (kind, library) correction when the calibration scaled the library's in-context estimates by
+    ``calibrated`` (``notes["context_factor"]``): :data:`SEGMENT_FACTOR_RANGE` of the price, widened to reach that
+    range of the estimate. The calibration fits a library and its crossings from whole plans, one equation per
+    plan, and can split one plan's time wrongly between them: on hf:mobilevit (tally 58, profile cut short) it put
+    PyTorch's groups at ``FACTOR_RANGE``'s floor, 0.1, and a torch-to-ORT crossing at 38 ms; the segment clocks then
+    timed PyTorch's 86 groups at 43.6 ms for 1.6 ms of prices, and a correction of at most 4x left a plan of 41 of
+    them priced at 14.4 ms for 40-42 measured."""
+    low, high = SEGMENT_FACTOR_RANGE
+    return low * min(1.0, 1 / calibrated), high * max(1.0, 1 / calibrated)
 
 
 def plan_total(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, float]],
@@ -229,12 +245,14 @@ SEGMENT_ENTRY_DEADBAND_MS = 0.005
 
 def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, float]],
                   current: Mapping[tuple[str, ...], float] | None = None,
-                  weights: Sequence[float] | None = None) -> dict[tuple[str, ...], float]:  # fmt: skip
+                  weights: Sequence[float] | None = None,
+                  ranges: Mapping[tuple[str, ...], tuple[float, float]] | None = None,
+                  ) -> dict[tuple[str, ...], float]:  # fmt: skip
     """The factors x (by key) that best make ``sum(terms[key] * x[key]) == target`` for every (terms, target,
     measured) row, each row's error relative to its measurement (its square times its ``weights`` entry, 1 by
     default); each held at its ``current`` value (1 when it has none) by a prior of weight :data:`SEGMENT_PRIOR`
-    times its share of the rows (an entry cost :data:`ENTRY_PRIOR_WEIGHT` times that), within
-    :data:`SEGMENT_FACTOR_RANGE` (a pair's crossing factor, keyed ``(PAIR, pair)``: within
+    times its share of the rows (an entry cost :data:`ENTRY_PRIOR_WEIGHT` times that), within its ``ranges`` entry
+    or :data:`SEGMENT_FACTOR_RANGE` (a pair's crossing factor, keyed ``(PAIR, pair)``: within
     :data:`~rlcompile.layer.fit.BOUNDARY_SCALE_RANGE`; a switch's entry cost in ms, keyed ``(ENTRY, switch)``: within
     :data:`SEGMENT_ENTRY_RANGE_MS`)."""
     current = current or {}
@@ -247,10 +265,10 @@ def solve_factors(rows: Sequence[tuple[Mapping[tuple[str, ...], float], float, f
         scale = np.sqrt(np.asarray(weights, dtype=float))
         matrix, rhs = matrix * scale[:, None], rhs * scale
     start = np.array([current.get(name, 1.0) for name in names])
-    ranges = np.array([{PAIR: BOUNDARY_SCALE_RANGE, ENTRY: SEGMENT_ENTRY_RANGE_MS}.get(name[0], SEGMENT_FACTOR_RANGE)
-                       for name in names])  # fmt: skip
+    bounds = np.array([{PAIR: BOUNDARY_SCALE_RANGE, ENTRY: SEGMENT_ENTRY_RANGE_MS}.get(name[0])
+                       or (ranges or {}).get(name, SEGMENT_FACTOR_RANGE) for name in names])  # fmt: skip
     solution = bounded_least_squares(np.vstack([matrix, np.diag(held)]), np.concatenate([rhs, held * start]),
-                                     ranges[:, 0], ranges[:, 1])  # fmt: skip
+                                     bounds[:, 0], bounds[:, 1])  # fmt: skip
     return {name: float(value) for name, value in zip(names, solution, strict=True)}
 
 

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from rlcompile.layer.fit import BOUNDARY_SCALE_RANGE
 from rlcompile.layer.group_table import group_model
 from rlcompile.layer.in_context import (
     Drift,
@@ -62,6 +63,26 @@ def test_a_segment_slower_in_context_makes_exactly_its_groups_dearer_and_the_sol
     assert corrected.names(exact(corrected).plan) == {"g1": "a", "g2": "a", "g3": "a"}
     # a plan of "b" throughout runs the model whole, as the calibration measured it: its prices are not corrected
     assert whole_model_prices(corrected.table).options == chain_table().options
+
+
+@pytest.mark.parametrize(("calibrated", "recovers"), [(0.1, True), (1.0, False)])
+def test_a_correction_can_undo_a_calibration_that_sent_a_library_to_its_floor(calibrated, recovers):
+    """The calibration put "b" at a tenth of its in-context estimates (one whole plan, its time split wrongly between
+    "b" and a crossing); the clocks time "b"'s groups 8x their price: the fit may reach back to its estimate (a
+    library the calibration left alone stays within 4x of its price)."""
+    table = chain_table()
+    table.notes["context_factor"] = {"b": calibrated}
+    problem = SelectionProblem(table)
+    plan = ["a", "b", "b"]
+    timed = [TimedSegment("a", (0,), 1.05), TimedSegment("b", (1, 2), 8.0 + 0.15)]
+    fit = fit_group_prices(problem, [(plan, timed)])
+    corrected = apply_group_prices(problem, fit)
+    assert corrected.total(corrected.choices(plan)) == pytest.approx(sum(segment.ms for segment in timed), rel=0.02)
+    prices = [corrected.table.options[group]["b"] for group in ("g2", "g3")]
+    if recovers:  # the groups carry their time, not the crossing before them
+        assert min(prices) > 0.5 * 4 and fit.boundary_scales["a|b"] < BOUNDARY_SCALE_RANGE[1]
+    else:  # capped at 4x: the rest goes to the crossing, at its ceiling
+        assert max(prices) == pytest.approx(0.5 * 4) and fit.boundary_scales["a|b"] == BOUNDARY_SCALE_RANGE[1]
 
 
 def test_the_segments_that_receive_a_crossing_price_it_apart_from_their_groups():
