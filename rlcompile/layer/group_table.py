@@ -76,7 +76,8 @@ from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.threads import spinning_allowed
 
-GROUP_TABLE_VERSION = 7
+#: 8: ORT plan segments pin their workers (stop 58): a table calibrated with them unpinned is measured again.
+GROUP_TABLE_VERSION = 8
 #: Timing of a whole single-library plan during calibration.
 PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=6.0, floor_repeats=3)
 #: Past the profile's deadline (the groups left on the default library, then the calibration): shorter timing, so
