@@ -43,6 +43,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +55,7 @@ from rlcompile.layer.group_table import group_model
 from rlcompile.machine import environment
 from rlcompile.models import load_model
 from rlcompile.runtimes import RuntimeOptions
-from rlcompile.runtimes.ort import OrtRuntime, session_options
-from rlcompile.threads import spinning_allowed
+from rlcompile.runtimes.ort import OrtRuntime
 
 console = Console()
 PAUSE_S = 0.05
@@ -101,23 +101,17 @@ def manifest_plan(path: Path, label: str, groups: int) -> list[str]:
 class UnpinnedOrt(OrtRuntime):
     """ONNX Runtime whose plan segments leave their intra-op workers unpinned (how plans ran before stop 58)."""
 
-    def session_options(self, options: RuntimeOptions):
-        if options.exclusive:
-            return super().session_options(options)
-        session = session_options(self.opt_level, options.thread_count)
-        if not spinning_allowed():
-            session.add_session_config_entry("session.force_spinning_stop", "1")
-        return session
+    def session_config(self, options: RuntimeOptions) -> dict[str, str]:
+        config = super().session_config(options)
+        config.pop("session.intra_op_thread_affinities", None)
+        return config
 
 
 class OneThreadOrt(OrtRuntime):
     """ONNX Runtime whose plan segments run on the calling thread alone."""
 
     def session_options(self, options: RuntimeOptions):
-        session = super().session_options(options)
-        if not options.exclusive:
-            session.intra_op_num_threads = 1
-        return session
+        return super().session_options(options if options.exclusive else replace(options, threads=1))
 
 
 class TwinOrt(OrtRuntime):

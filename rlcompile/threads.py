@@ -74,9 +74,10 @@ def ort_worker_affinities(threads: int) -> str | None:
 SPIN_WIND_DOWN_S = 0.05
 
 
-def wind_down_s(library: str, exclusive: bool, threads: int) -> float:
-    """How long a contest waits after the turn of a session of ``library`` with ``threads`` intra-op threads:
-    :data:`SPIN_WIND_DOWN_S` when its workers keep spinning after its runs (ONNX Runtime run exclusively: natively,
-    or as a plan's only segment); none on one thread, where there is no worker to spin."""
-    spins = library == "ort" and threads > 1 and (exclusive or spinning_allowed())
+def ort_wind_down_s(exclusive: bool, threads: int) -> float:
+    """How long a contest waits after the turn of an ONNX Runtime session of ``threads`` intra-op threads:
+    :data:`SPIN_WIND_DOWN_S` when its workers keep spinning after its runs (run exclusively: natively, or as a
+    plan's only segment); none on one thread, where there is no worker to spin. (The other libraries' workers
+    sleep soon after a call: their runners wait nothing.)"""
+    spins = threads > 1 and (exclusive or spinning_allowed())
     return SPIN_WIND_DOWN_S if spins else 0.0

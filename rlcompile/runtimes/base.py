@@ -71,7 +71,8 @@ class Runner(ABC):
     input_names: list[str]
     #: seconds :meth:`Runtime.compile` spent (import, compile, session creation)
     prepare_seconds: float = 0.0
-    #: seconds its library's idle threads keep a core busy after a call (:func:`~rlcompile.threads.wind_down_s`)
+    #: seconds its library's idle threads keep a core busy after a call (what a contest waits after its turn;
+    #: ONNX Runtime's: :func:`~rlcompile.threads.ort_wind_down_s`)
     wind_down_s: float = 0.0
 
     @abstractmethod

@@ -18,7 +18,7 @@ import onnxruntime as ort
 from rlcompile.errors import ModelError, UnsupportedOperatorError, first_line
 from rlcompile.machine import host_cores
 from rlcompile.runtimes.base import NATIVE, Feeds, Runner, Runtime, RuntimeOptions, model_name
-from rlcompile.threads import ort_session_config, wind_down_s
+from rlcompile.threads import ort_session_config, ort_wind_down_s
 
 OPT_LEVELS: Mapping[str, ort.GraphOptimizationLevel] = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -97,9 +97,13 @@ class OrtRuntime(Runtime):
 
     def session_options(self, options: RuntimeOptions) -> ort.SessionOptions:
         session = session_options(self.opt_level, options.thread_count)
-        for key, value in ({} if options.exclusive else ort_session_config(options.thread_count)).items():
+        for key, value in self.session_config(options).items():
             session.add_session_config_entry(key, value)
         return session
+
+    def session_config(self, options: RuntimeOptions) -> dict[str, str]:
+        """The session config entries under ``options``: none natively, a plan segment's otherwise."""
+        return {} if options.exclusive else ort_session_config(options.thread_count)
 
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> OrtRunner:
         return self.compile_copies(model, 1, options, name)[0]
@@ -111,7 +115,7 @@ class OrtRuntime(Runtime):
         started = time.perf_counter()
         serialized, label = model.SerializeToString(), model_name(model, name, "segment")
         serialize_s, runners = time.perf_counter() - started, []
-        pause = wind_down_s(self.name, options.exclusive, options.thread_count)
+        pause = ort_wind_down_s(options.exclusive, options.thread_count)
         for _ in range(count):
             started = time.perf_counter()
             session = create_session(serialized, self.session_options(options), label)
