@@ -81,6 +81,13 @@ PROBES = {NOISE_PROBE: "ort native", OPENVINO_NOISE_PROBE: "openvino native"}
 #: The native runs that gauge each library's speed: timed at the calibration, in every refining probe and in the
 #: final contest, so a plan is judged at its libraries' speed now by runs other than itself.
 GAUGES = ("ort native", "openvino native")
+#: Where no native run gauges a library (PyTorch, TVM's kernels), its single-library plan is compiled a second time
+#: and timed in the final contest beside it, under this label: the plan is then judged at its library's speed by a
+#: run other than itself, as ORT's and OpenVINO's are by their native runs. Without it PyTorch's drift since the
+#: calibration was taken to be ORT's: over all 49 corpus models (select-predictions/58-all-corpus-pinned) 7 of the
+#: 26 plans off their prediction by more than 15% were PyTorch's single-library plans (0.75-0.83x and 1.15-1.30x),
+#: its speed having moved otherwise than ORT's (hf:vit: ORT native 1.20x its calibration, the PyTorch plan 1.57x).
+PLAN_TWIN = "single:{} (identical plan)"
 #: How a single-runtime plan's label starts (``single:openvino``).
 SINGLE = "single:"
 #: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
@@ -216,6 +223,11 @@ class Selection:
     native_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
     #: ONNX Runtime's outputs of the model on the grouped model's feeds (what the plans were checked against)
     reference: list[np.ndarray] | None = field(default=None, repr=False)
+    #: the second compiles of the single-library plans no native run gauges (:data:`PLAN_TWIN`), by label
+    plan_twin_calls: dict[str, Timer] = field(default_factory=dict, repr=False)
+    #: what the final contest measured of them, and their block median in each of its rounds
+    plan_twins: dict[str, LatencyStats] = field(default_factory=dict)
+    plan_twin_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def reference_outputs(self) -> list[np.ndarray]:
         """:attr:`reference`, computed on first use when the selection was made without it."""
@@ -229,6 +241,9 @@ class Selection:
         names = self.native_calls or self.natives
         self.natives = {name: final[name] for name in names}
         self.native_round_ms = {name: final.round_ms.get(name, {}) for name in names}
+        twins = [name for name in self.plan_twin_calls if name in final.stats]
+        self.plan_twins = {name: final[name] for name in twins}
+        self.plan_twin_round_ms = {name: final.round_ms.get(name, {}) for name in twins}
         self.rounds = final.rounds
         self.chosen = pick(self.candidates, noise=self.noise)
 
@@ -249,10 +264,16 @@ class Selection:
         contest (:meth:`gauged_drift`)."""
         return self.gauged_drift()
 
+    def final_timers(self) -> dict[str, Timer]:
+        """What a final contest times beside the candidates: the native runs and the plan twins (:data:`PLAN_TWIN`)."""
+        return {**self.native_calls, **self.plan_twin_calls}
+
     def gauged_drift(self, judged: Candidate | None = None) -> Drift:
         """Each library's drift, gauged by runs other than ``judged`` (:func:`gauge_drift`): a plan is never judged
-        against its own measurement."""
-        singles = single_library_times([c for c in self.candidates if c is not judged])
+        against its own measurement; a library's single-library plan is gauged by its twin (:data:`PLAN_TWIN`)."""
+        twins = {library: stats.median_ms for label, stats in self.plan_twins.items()
+                 for library in twin_libraries(label)}  # fmt: skip
+        singles = twins | single_library_times([c for c in self.candidates if c is not judged])
         natives = {label.split()[0]: self.natives[label].median_ms for label in GAUGES if label in self.natives}
         return gauge_drift(self.table.notes, singles, natives, self.drift)
 
@@ -281,8 +302,10 @@ class Selection:
             return []
         notes = self.table.notes
         plans_then, natives_then = notes.get("single_library_ms") or {}, notes.get("native_ms") or {}
-        singles = {library: c.round_ms for c in self.candidates if c.round_ms and c is not candidate
-                   for library in c.single if library in plans_then}  # fmt: skip
+        twins = {library: blocks for label, blocks in self.plan_twin_round_ms.items() if blocks
+                 for library in twin_libraries(label) if library in plans_then}  # fmt: skip
+        singles = twins | {library: c.round_ms for c in self.candidates if c.round_ms and c is not candidate
+                           for library in c.single if library in plans_then}  # fmt: skip
         natives = {label.split()[0]: self.native_round_ms[label] for label in GAUGES
                    if self.native_round_ms.get(label) and label.split()[0] in natives_then}  # fmt: skip
         gauged = set(singles) | set(natives)  # a library gauged in some round must be gauged in a round judged
@@ -352,6 +375,7 @@ class Selection:
             "candidates": [candidate.to_dict() for candidate in self.candidates],
             "chosen": self.chosen.to_dict(),
             "native_ms": {name: stats.median_ms for name, stats in self.natives.items()},
+            "plan_twin_ms": {name: stats.median_ms for name, stats in self.plan_twins.items()},
             "noise": self.noise,
             "calibration_noise": self.calibration_noise,
             "rounds": self.rounds,
@@ -362,6 +386,7 @@ class Selection:
                                        for c in self.candidates if c.measured},
             "round_ratios": {", ".join(c.labels): self.round_ratios(c) for c in self.candidates if c.measured},
             "native_round_ms": self.native_round_ms,
+            "plan_twin_round_ms": self.plan_twin_round_ms,
             "groups": self.group_rows(),
         }
 
@@ -501,13 +526,14 @@ def select_segments(
     started = time.monotonic()
     natives = native_timers(original, grouped.feeds, threads, created, progress)
     gauges = gauge_calls(natives)
+    ungauged = ungauged_libraries(created, gauges)
     compile_s = (time.monotonic() - started) / len(natives)  # a whole-model compile, until plans are timed
     profile_deadline, calibrate_by, call_s = None, None, 0.0
     if deadline is not None:  # the contests' least times and the compiles after the profile, then a share
         call_s = call_seconds(natives["ort native"])
-        floor_s = contest.floor_seconds([call_s] * (len(natives) + len(created) + 2), ROUNDS)
+        floor_s = contest.floor_seconds([call_s] * (len(natives) + len(ungauged) + len(created) + 2), ROUNDS)
         calibration_s = contest.floor_seconds([call_s] * (len(created) + len(gauges)))  # each library's plan, gauges
-        reserved = floor_s + calibration_s + later_compiles(len(created)) * compile_s
+        reserved = floor_s + calibration_s + (later_compiles(len(created)) + len(ungauged)) * compile_s
         profile_deadline = deadline - reserved - FINAL_SHARE * max(0.0, deadline - reserved - time.monotonic())
         calibrate_by = profile_deadline + calibration_s + len(created) * compile_s
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline, calibrate_by,
@@ -526,7 +552,7 @@ def select_segments(
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
     reference = run_proto(original.proto, grouped.feeds)
-    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), compile_s)
+    reserve = FinalReserve(call_s, len(natives) + len(ungauged), native_runtimes(natives), compile_s, len(ungauged))
     compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
     # only when it leaves those compiles and the final contest their time
@@ -552,10 +578,11 @@ def select_segments(
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
                                       skip=natively_run(candidates, original))  # fmt: skip
-    final = time_candidates(grouped, candidates, natives, timing, progress, deadline, original.proto)
+    twins = plan_twin_timers(grouped, candidates, created, threads, ungauged, progress)
+    final = time_candidates(grouped, candidates, natives | twins, timing, progress, deadline, original.proto)
     selection = Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
                           pick(candidates), unavailable=unavailable, native_calls=natives,
-                          reference=reference)  # fmt: skip
+                          reference=reference, plan_twin_calls=twins)  # fmt: skip
     selection.take_final(final)  # the pick again, ties now within the contest's noise
     return selection
 
@@ -912,6 +939,40 @@ def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, nati
     return label if label in natives else None
 
 
+def ungauged_libraries(created: Collection[str], gauges: Collection[str]) -> list[str]:
+    """The libraries among ``created`` that no native run among ``gauges`` (labels) gauges."""
+    gauged = {label.split()[0] for label in gauges}
+    return [name for name in created if name not in gauged]
+
+
+def plan_twin_timers(grouped: GroupedModel, candidates: list[Candidate], created: Mapping[str, Runtime],
+                     threads: int, ungauged: Collection[str],
+                     progress: Listener = ignore) -> dict[str, Timer]:  # fmt: skip
+    """A second compile of each runnable single-library plan whose libraries are all ``ungauged``, as a timer
+    labelled :data:`PLAN_TWIN` (a compile that fails is said and left out: the plan is then gauged as before)."""
+    timers = {}
+    for candidate in candidates:
+        if candidate.engine is None or candidate.error is not None or not candidate.single:
+            continue
+        if not set(candidate.single) <= set(ungauged):
+            continue
+        label = PLAN_TWIN.format("+".join(candidate.single))
+        progress(Phase("layer", f"compiling {label} to gauge its library's speed", "compile"))
+        try:
+            engine = SegmentEngine.compile(grouped.segments(candidate.assignment), grouped.inputs, grouped.outputs,
+                                           threads, created)  # fmt: skip
+        except Exception as error:  # the plan keeps its library's drift by ORT native's, as before
+            progress(Event("layer", f"{label} did not compile ({first_line(error)}): its library is not gauged"))
+            continue
+        timers[label] = Timer(lambda engine=engine: engine.run(grouped.feeds), engine.wind_down_s)
+    return timers
+
+
+def twin_libraries(label: str) -> list[str]:
+    """The libraries whose single-library plan the :data:`PLAN_TWIN` ``label`` copies."""
+    return label.removeprefix("single:").split(" ")[0].split("+")
+
+
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Timer],
                     timing: MeasureConfig, progress: Listener, deadline: float | None = None,
                     native_proto: onnx.ModelProto | None = None) -> Standings:  # fmt: skip
@@ -966,6 +1027,8 @@ class FinalReserve:
     natives: int
     runtimes: int
     whole_s: float
+    #: the plan twins compiled before the final contest (:data:`PLAN_TWIN`), each in ``whole_s``
+    twins: int = 0
 
     def final_floor_s(self, candidates: list[Candidate], refined: int = REFINED_PLANS) -> float:
         """The final contest's least time: the runnable candidates at their predictions, and at a native call's each
@@ -981,7 +1044,8 @@ class FinalReserve:
         hf:convnext's second probe (57 ms a call, 60 s), so its refined plans reached the final contest unprobed and
         measured 1.16-1.26x their prediction (select-predictions/49)."""
         refined = compiles if refined is None else refined
-        return self.final_floor_s(candidates, refined) + compiles * compile_s + self.runtimes * self.whole_s
+        whole = (self.runtimes + self.twins) * self.whole_s
+        return self.final_floor_s(candidates, refined) + compiles * compile_s + whole
 
 
 def plans_found(round_index: int) -> int:

@@ -40,6 +40,9 @@ def test_selection_measures_every_candidate_and_keeps_the_fastest(selection):
                     and c.measured.median_ms <= fastest * (1 + band)]  # fmt: skip
     assert not simpler_ties
     assert {"ort native", "openvino native"} <= set(selection.natives) and selection.noise is not None
+    # PyTorch has no native run: its single-library plan, compiled a second time, gauged its speed in the contest
+    assert set(selection.plan_twins) == {"single:torch (identical plan)"}
+    assert selection.plan_twin_round_ms["single:torch (identical plan)"]
     assert not selection.table_reused and set(selection.table.notes["context_factor"]) >= {"ort"}
     # the native runs gauge each library's speed at the calibration; ORT's plan of one segment is their twin there
     notes = selection.table.notes
@@ -433,6 +436,10 @@ def test_the_last_probe_reserves_nothing_for_plans_it_will_not_find():
     assert earlier == pytest.approx(reserve.final_floor_s(plans, refined=REFINED_PLANS) + REFINED_PLANS * 1.5 + 2 * 0.5)
     assert last == pytest.approx(reserve.final_floor_s(plans, refined=0) + 2 * 0.5)
     assert earlier > last + REFINED_PLANS * 1.5
+    # a plan twin (PyTorch's single-library plan compiled again) is compiled before the final contest too
+    twinned = FinalReserve(0.05, natives=5, runtimes=2, whole_s=0.5, twins=1)
+    assert twinned.after_probe_s(plans, compile_s=1.5, compiles=0) == pytest.approx(
+        twinned.final_floor_s(plans, refined=0) + 3 * 0.5)
     # the next probe, the last, is followed by the final contest with the plans this one finds, compiled before it
     assert reserve.after_probe_s(plans, compile_s=1.5, compiles=0, refined=REFINED_PLANS) == pytest.approx(
         reserve.final_floor_s(plans, refined=REFINED_PLANS) + 2 * 0.5)
@@ -535,6 +542,31 @@ def test_a_single_library_plan_is_judged_by_its_librarys_native_run_never_by_its
     assert selection.measured_over_expected(on_ort) == pytest.approx(1.0)  # 2 ms then, at ORT's x2 now
     assert selection.measured_over_expected(on_openvino) == pytest.approx(2.0)  # its own x2 is not its gauge
     assert selection.drifts.by_library == {"ort": pytest.approx(2.0), "openvino": pytest.approx(2.0)}
+
+
+def test_a_single_library_plan_no_native_run_gauges_is_judged_by_its_twin():
+    """PyTorch has no native run: without a twin its plan was judged at ORT's drift; its twin (the plan compiled
+    again and timed in the same contest) gauges PyTorch's own speed, pooled and round by round."""
+    from rlcompile.layer.selection import PLAN_TWIN, Selection
+    from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
+
+    edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
+    notes = {"ort_native_ms": 2.0, "native_ms": {"ort": 2.0}, "single_library_ms": {"ort": 2.0, "torch": 4.0}}
+    options = {"g1": {"ort": 1.0, "torch": 2.0}, "g2": {"ort": 1.0, "torch": 2.0}}
+    table = LookupTable("toy", ["g1", "g2"], options, {"ort": "ort", "torch": "torch"}, edges, {}, host="host",
+                        default="ort", notes=notes)  # fmt: skip
+    on_torch = Candidate(["single:torch"], ["torch", "torch"], 4.0, single=["torch"], measured=summarize([6.0]),
+                         round_ms={0: 6.0, 1: 6.0})  # fmt: skip
+    selection = Selection(None, None, "exact", 1, table, Path("toy"), False, None, [on_torch], on_torch,
+                          natives={"ort native": summarize([2.0])},
+                          native_round_ms={"ort native": {0: 2.0, 1: 2.0}})  # fmt: skip
+    assert selection.measured_over_expected(on_torch) == pytest.approx(1.5)  # ORT ran as at the calibration
+    twin = PLAN_TWIN.format("torch")
+    selection.plan_twins = {twin: summarize([6.0])}
+    selection.plan_twin_round_ms = {twin: {0: 6.0, 1: 5.0}}
+    assert selection.measured_over_expected(on_torch) == pytest.approx(1.0)  # PyTorch itself 1.5x slower now
+    assert selection.round_ratios(on_torch) == pytest.approx([1.0, 6.0 / 5.0])
+    assert selection.drifts.by_library["torch"] == pytest.approx(1.5)
 
 
 def test_a_plans_segments_share_out_its_own_median_each_by_its_mean():

@@ -126,8 +126,8 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     for candidate in selection.candidates:
         candidate.measured, candidate.round_ms = None, None
     selection.native_calls = natives
-    selection.take_final(time_candidates(grouped, selection.candidates, natives, timing, progress, final_deadline,
-                                         model.proto))  # fmt: skip
+    selection.take_final(time_candidates(grouped, selection.candidates, selection.final_timers(), timing, progress,
+                                         final_deadline, model.proto))  # fmt: skip
     quantizer.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
     if grouped is not selection.grouped:
