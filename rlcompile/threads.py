@@ -14,8 +14,13 @@ take the cores the next library needs (measured on resnet18 at 2 threads: an ORT
   each segment ran its share of a plan at one of two speeds, kept for a whole block of calls (measured on
   the 16-core Xeon at 2 cores: hf:albert's 5-segment plan's two ORT segments 0.3-0.4 or 1.3-4.4 ms a call,
   block by block; pinned, 0.2-0.4 ms in each of 30 blocks);
-- PyTorch's OpenMP (libgomp): ``GOMP_SPINCOUNT`` — a short spin (1000 iterations, microseconds) then
-  sleep, instead of libgomp's default 300000; libgomp reads it when it loads, i.e. at ``import torch``;
+- PyTorch's OpenMP (libgomp): ``GOMP_SPINCOUNT`` — 10000 iterations (a few milliseconds of spinning after a
+  call on the 2-core Zen 4 VM) then sleep, instead of libgomp's default 300000; libgomp reads it when it loads,
+  i.e. at ``import torch``. Until stop 59 it was 1000: the workers then slept between the operators of one call
+  (~170 voluntary context switches a call on hf:mpnet) and PyTorch ran 1.5-1.7x slower than at 10000, at a
+  different speed block after block (hf:deit's 12-segment plan, 30 of its 63 groups in PyTorch: 40-47 ms a call
+  against 30-31, block medians 32-93 ms against 28-37; ``results/torch_spin``). A contest waits
+  :data:`TORCH_WIND_DOWN_S` after a PyTorch runner's turn;
 - TVM's runtime pool: ``TVM_THREAD_POOL_SPIN_COUNT = 0``, read when the pool starts;
 - OpenVINO's TBB workers sleep soon after a call on their own (measured: ORT + OpenVINO adds up).
 
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import os
 
-QUIET_ENVIRONMENT = {"GOMP_SPINCOUNT": "1000", "TVM_THREAD_POOL_SPIN_COUNT": "0"}
+QUIET_ENVIRONMENT = {"GOMP_SPINCOUNT": "10000", "TVM_THREAD_POOL_SPIN_COUNT": "0"}
 
 
 def spinning_allowed() -> bool:
@@ -74,10 +79,22 @@ def ort_worker_affinities(threads: int) -> str | None:
 SPIN_WIND_DOWN_S = 0.05
 
 
+#: How long PyTorch's OpenMP workers keep a core busy after a call at :data:`QUIET_ENVIRONMENT`'s spin count:
+#: measured on the 2-core Zen 4 VM (the threads' CPU time, ``/proc/self/task/*/schedstat``, while the caller
+#: slept): 2-3 ms, against 0.1 ms at 1000 iterations and 5-9 ms at libgomp's default.
+TORCH_WIND_DOWN_S = 0.01
+
+
+def torch_wind_down_s(threads: int) -> float:
+    """How long a contest waits after the turn of a PyTorch runner of ``threads`` threads: its OpenMP workers
+    spin :data:`TORCH_WIND_DOWN_S` after a call (none on one thread: no worker)."""
+    return TORCH_WIND_DOWN_S if threads > 1 else 0.0
+
+
 def ort_wind_down_s(exclusive: bool, threads: int) -> float:
     """How long a contest waits after the turn of an ONNX Runtime session of ``threads`` intra-op threads:
     :data:`SPIN_WIND_DOWN_S` when its workers keep spinning after its runs (run exclusively: natively, or as a
-    plan's only segment); none on one thread, where there is no worker to spin. (The other libraries' workers
-    sleep soon after a call: their runners wait nothing.)"""
+    plan's only segment); none on one thread, where there is no worker to spin. (OpenVINO's and TVM's workers
+    sleep soon after a call: their runners wait nothing; PyTorch's: :func:`torch_wind_down_s`.)"""
     spins = threads > 1 and (exclusive or spinning_allowed())
     return SPIN_WIND_DOWN_S if spins else 0.0

@@ -175,9 +175,9 @@ class SegmentEngine:
 
     @property
     def wind_down_s(self) -> float:
-        """How long its library's idle threads spin after a run (a plan of one ONNX Runtime segment runs it
-        exclusively): what a contest waits after its turn."""
-        return self.compiled[0].runner.wind_down_s if len(self.compiled) == 1 else 0.0
+        """How long its libraries' idle threads spin after a run (a plan of one ONNX Runtime segment runs it
+        exclusively; PyTorch's workers spin after each of its segments): what a contest waits after its turn."""
+        return max(item.runner.wind_down_s for item in self.compiled)
 
     def run(self, feeds: Mapping[str, np.ndarray], clock: list[list[float]] | None = None) -> list[np.ndarray]:
         """The model's outputs for ``feeds``. ``clock`` (a list per segment): each segment's seconds in this run,

@@ -21,6 +21,7 @@ from onnx import numpy_helper
 
 from rlcompile.errors import ModelError, first_line
 from rlcompile.runtimes.base import NATIVE, Runner, Runtime, RuntimeOptions, model_name
+from rlcompile.threads import torch_wind_down_s
 
 
 def attributes(node: onnx.NodeProto) -> dict:
@@ -230,6 +231,7 @@ class TorchRunner(Runner):
         self.threads = threads
         self.input_names = input_names
         self.prepare_seconds = prepare_seconds
+        self.wind_down_s = torch_wind_down_s(threads)
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if torch.get_num_threads() != self.threads:
