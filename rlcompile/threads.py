@@ -14,12 +14,13 @@ take the cores the next library needs (measured on resnet18 at 2 threads: an ORT
   each segment ran its share of a plan at one of two speeds, kept for a whole block of calls (measured on
   the 16-core Xeon at 2 cores: hf:albert's 5-segment plan's two ORT segments 0.3-0.4 or 1.3-4.4 ms a call,
   block by block; pinned, 0.2-0.4 ms in each of 30 blocks);
-- PyTorch's OpenMP (libgomp): ``GOMP_SPINCOUNT`` — 10000 iterations (a few milliseconds of spinning after a
-  call on the 2-core Zen 4 VM) then sleep, instead of libgomp's default 300000; libgomp reads it when it loads,
-  i.e. at ``import torch``. Until stop 59 it was 1000: the workers then slept between the operators of one call
-  (~170 voluntary context switches a call on hf:mpnet) and PyTorch ran 1.5-1.7x slower than at 10000, at a
-  different speed block after block (hf:deit's 12-segment plan, 30 of its 63 groups in PyTorch: 40-47 ms a call
-  against 30-31, block medians 32-93 ms against 28-37; ``results/torch_spin``). A contest waits
+- PyTorch's OpenMP (libgomp): ``GOMP_SPINCOUNT`` — 10000 iterations (2-3 ms of spinning after a call on a
+  2-core Intel Xeon VM, Emerald Rapids without AMX; less where ``pause`` is shorter) then sleep, instead of
+  libgomp's default 300000; libgomp reads it when it loads, i.e. at ``import torch``. Until stop 59 it was
+  1000: the workers then slept between the operators of one call (~170 voluntary context switches a call on
+  hf:mpnet) and PyTorch ran slower and unsteadily (``benchmarks/torch_spin.py``, ``results/torch_spin``, that
+  VM: hf:mpnet's PyTorch plan 1.75x and 2.18x ORT native in two runs at 1000, 1.09x and 1.04x at 10000;
+  hf:deit's 12-segment plan's PyTorch segments 13.1-13.3 ms a call against 9.3-9.9). A contest waits
   :data:`TORCH_WIND_DOWN_S` after a PyTorch runner's turn;
 - TVM's runtime pool: ``TVM_THREAD_POOL_SPIN_COUNT = 0``, read when the pool starts;
 - OpenVINO's TBB workers sleep soon after a call on their own (measured: ORT + OpenVINO adds up).
@@ -80,8 +81,9 @@ SPIN_WIND_DOWN_S = 0.05
 
 
 #: How long PyTorch's OpenMP workers keep a core busy after a call at :data:`QUIET_ENVIRONMENT`'s spin count:
-#: measured on the 2-core Zen 4 VM (the threads' CPU time, ``/proc/self/task/*/schedstat``, while the caller
-#: slept): 2-3 ms, against 0.1 ms at 1000 iterations and 5-9 ms at libgomp's default.
+#: measured on a 2-core Intel Xeon VM (Emerald Rapids, stop 59; the threads' CPU time in
+#: ``/proc/self/task/*/schedstat`` while the caller slept): 2-3 ms, against 0.1 ms at 1000 iterations and 5-9 ms at
+#: libgomp's default.
 TORCH_WIND_DOWN_S = 0.01
 
 
