@@ -148,9 +148,13 @@ class GroupedModel:
         """The plan's engine, compiled once per plan, thread count and set of runtimes."""
         key = (tuple(assignment), threads, tuple((name, id(runtime)) for name, runtime in sorted(created.items())))
         if key not in self.engines:
-            self.engines[key] = SegmentEngine.compile(self.segments(assignment), self.inputs, self.outputs, threads,
-                                                      created)  # fmt: skip
+            self.engines[key] = self.compile_engine(assignment, threads, created)
         return self.engines[key]
+
+    def compile_engine(self, assignment: Sequence[str], threads: int, created: Mapping[str, Runtime],
+                       ) -> SegmentEngine:  # fmt: skip
+        """A new engine of the plan, compiled whether or not :meth:`engine` holds one (a plan's identical twin)."""
+        return SegmentEngine.compile(self.segments(assignment), self.inputs, self.outputs, threads, created)
 
     @functools.cached_property
     def kinds(self) -> dict[str, str]:

@@ -552,7 +552,7 @@ def select_segments(
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
     reference = run_proto(original.proto, grouped.feeds)
-    reserve = FinalReserve(call_s, len(natives) + len(ungauged), native_runtimes(natives), compile_s, len(ungauged))
+    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), compile_s, len(ungauged))
     compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
     # only when it leaves those compiles and the final contest their time
@@ -959,8 +959,7 @@ def plan_twin_timers(grouped: GroupedModel, candidates: list[Candidate], created
         label = PLAN_TWIN.format("+".join(candidate.single))
         progress(Phase("layer", f"compiling {label} to gauge its library's speed", "compile"))
         try:
-            engine = SegmentEngine.compile(grouped.segments(candidate.assignment), grouped.inputs, grouped.outputs,
-                                           threads, created)  # fmt: skip
+            engine = grouped.compile_engine(candidate.assignment, threads, created)
         except Exception as error:  # the plan keeps its library's drift by ORT native's, as before
             progress(Event("layer", f"{label} did not compile ({first_line(error)}): its library is not gauged"))
             continue
@@ -1027,13 +1026,14 @@ class FinalReserve:
     natives: int
     runtimes: int
     whole_s: float
-    #: the plan twins compiled before the final contest (:data:`PLAN_TWIN`), each in ``whole_s``
+    #: the plan twins compiled before the final contest (:data:`PLAN_TWIN`), each in ``whole_s``, and timed in it
     twins: int = 0
 
     def final_floor_s(self, candidates: list[Candidate], refined: int = REFINED_PLANS) -> float:
         """The final contest's least time: the runnable candidates at their predictions, and at a native call's each
-        the ``refined`` plans refining probes add yet, the native runs and the model run whole by each runtime."""
-        extra = refined + self.natives + self.runtimes
+        the ``refined`` plans refining probes add yet, the native runs, the plan twins and the model run whole by each
+        runtime."""
+        extra = refined + self.natives + self.twins + self.runtimes
         return contest.floor_seconds(plan_seconds(candidates, self.call_s) + [self.call_s] * extra, ROUNDS)
 
     def after_probe_s(self, candidates: list[Candidate], compile_s: float, compiles: int,
