@@ -77,7 +77,7 @@ from rlcompile.runtimes import Runtime, RuntimeOptions
 from rlcompile.threads import spinning_allowed
 
 #: 8: ORT plan segments pin their workers (stop 58): a table calibrated with them unpinned is measured again.
-#: 9: PyTorch's OpenMP workers spin 10000 iterations, not 1000 (stop 59): PyTorch runs 1.5x faster in plans.
+#: 9: PyTorch's OpenMP workers spin 10000 iterations, not 1000 (stop 59): PyTorch's segments run 1.35-2.1x faster.
 GROUP_TABLE_VERSION = 9
 #: Timing of a whole single-library plan during calibration.
 PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=6.0, floor_repeats=3)

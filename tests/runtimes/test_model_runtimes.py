@@ -123,7 +123,7 @@ def test_a_contest_waits_after_a_runner_only_while_its_workers_spin(lenet5, name
 
 def test_pytorchs_workers_stay_awake_between_the_operators_of_one_call(lenet5) -> None:
     """At rlcompile's spin count libgomp's workers spin through the gaps between a call's operators instead of
-    sleeping at each (~170 sleeps a call on hf:mpnet at 1000 iterations, and PyTorch 1.5-1.7x slower)."""
+    sleeping at each (~170 sleeps a call on hf:mpnet at 1000 iterations, and PyTorch's segments 1.35-2.1x slower)."""
     import resource
 
     runner = lenet5.compile(runtimes.create("torch"), RuntimeOptions(2))
