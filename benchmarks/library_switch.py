@@ -12,7 +12,7 @@ controls are read when those libraries load:
 - ``spinning`` (``RLCOMPILE_SPIN=1``): every library's default (ORT workers spin after a run, libgomp
   spins 300000 iterations);
 - ``quiet`` (rlcompile's default): ORT ``session.force_spinning_stop``, ``GOMP_SPINCOUNT=10000``,
-  ``TVM_THREAD_POOL_SPIN_COUNT=0``.
+  ``TVM_THREAD_POOL_SPIN_COUNT=1000``.
 
 Writes ``library_switch.json`` and prints the table (ms per switch, and the two halves' times).
 """

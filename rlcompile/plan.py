@@ -38,6 +38,7 @@ from rlcompile.layer.precision.contract import VALIDATION
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.machine import check_machine, environment
 from rlcompile.manifest import MANIFEST, Manifest, OptimizeRecord
+from rlcompile.measure import Timer
 from rlcompile.models.onnx_model import LoadedModel, TensorSpec
 from rlcompile.runtimes import RuntimeOptions
 
@@ -142,6 +143,10 @@ class LoadedPlan:
         """One call of the plan on ``feeds``, as a user calls :meth:`run`."""
         run = self.engine.run
         return lambda: run(feeds)
+
+    def timed(self, feeds: Mapping[str, np.ndarray]) -> Timer:
+        """:meth:`timer` with the wind-down of its segments' libraries: what a contest times it as."""
+        return Timer(self.timer(feeds), self.engine.wind_down_s)
 
     def describe(self) -> str:
         count = len(self.libraries)

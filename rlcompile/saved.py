@@ -120,17 +120,17 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
     feeds = first.reference_inputs
     agreements = [compare_outputs(item.reference_outputs, item.run(item.reference_inputs)) for item in saved]
     rechecks = [accuracy_recheck(item) for item in saved]
-    timers, names = [item.timer(feeds) for item in saved], [str(path) for path in paths]
+    timers, names = [item.timed(feeds) for item in saved], [str(path) for path in paths]
     original = original_model(first.record)
     if original is not None:
         from rlcompile import runtimes
 
         threads = first.record.get("threads") or host_cores()
-        timers.append(original.compile(runtimes.create("ort"), RuntimeOptions(threads, exclusive=True)).timer(feeds))
+        timers.append(original.compile(runtimes.create("ort"), RuntimeOptions(threads, exclusive=True)).timed(feeds))
         names.append(NATIVE)
     progress(Phase("run", f"timing {', '.join(names)} in turns", "measure"))
-    contenders = [Contender(f"{index}:{name}", timer) for index, (name, timer) in enumerate(zip(names, timers,
-                                                                                               strict=True))]
+    contenders = [Contender.from_timer(f"{index}:{name}", timer)
+                  for index, (name, timer) in enumerate(zip(names, timers, strict=True))]
     standings = run_contest(contenders, config, REPORT_ROUNDS)
     stats = [standings[contender.label] for contender in contenders]
     native = stats[len(saved)] if original is not None else None

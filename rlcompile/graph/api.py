@@ -122,10 +122,11 @@ def judge(original: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: dict[str
     timing = contest.fit_within(timing, 3, seconds / 3)
     settle = replace(SETTLE, deadline=time.monotonic() + seconds)
     runtime, options = OrtRuntime("all"), RuntimeOptions(threads, exclusive=True)
-    timers = [runtime.compile(proto, options, f"graph{i}").timer(feeds)
+    timers = [runtime.compile(proto, options, f"graph{i}").timed(feeds)
               for i, proto in enumerate((original, rewritten, original))]  # fmt: skip
-    standings = run_contest([Contender("original", timers[0]), Contender("rewritten", timers[1]),
-                             Contender("twin", timers[2], twin_of="original")], timing, rounds, settle)  # fmt: skip
+    standings = run_contest([Contender.from_timer("original", timers[0]), Contender.from_timer("rewritten", timers[1]),
+                             Contender.from_timer("twin", timers[2], twin_of="original")], timing, rounds,
+                            settle)  # fmt: skip
     kept = standings.beats("rewritten", "original", REWRITE_RULE)
     return Verdict(kept, standings["original"], standings["rewritten"], standings["twin"])
 
@@ -390,7 +391,7 @@ def time_side_by_side(
 ) -> list[LatencyStats]:
     """Time each graph in ORT_ENABLE_ALL, in turns for ``rounds`` rounds; medians over all samples."""
     runtime = OrtRuntime("all")
-    contenders = [Contender(f"graph{i}", runtime.compile(proto, name=f"graph{i}").timer(feeds))
+    contenders = [Contender.from_timer(f"graph{i}", runtime.compile(proto, name=f"graph{i}").timed(feeds))
                   for i, proto in enumerate(protos)]  # fmt: skip
     standings = run_contest(contenders, timing, rounds)
     return [standings[contender.label] for contender in contenders]

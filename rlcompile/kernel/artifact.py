@@ -23,6 +23,7 @@ from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.kernel.tasks import extract_tasks, prepare_relax
 from rlcompile.kernel.workdir import WorkDir
 from rlcompile.machine import check_machine, environment
+from rlcompile.measure import Timer
 from rlcompile.models import LoadedModel, TensorSpec
 from rlcompile.models.onnx_model import graph_inputs
 from rlcompile.runtimes import Runner
@@ -133,6 +134,9 @@ class Artifact:
 
     def timer(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
         return self.runner.timer(feeds)
+
+    def timed(self, feeds: Mapping[str, np.ndarray]) -> Timer:
+        return self.runner.timed(feeds)
 
     def describe(self) -> str:
         meta = self.metadata

@@ -78,7 +78,8 @@ from rlcompile.threads import spinning_allowed
 
 #: 8: ORT plan segments pin their workers (stop 58): a table calibrated with them unpinned is measured again.
 #: 9: PyTorch's OpenMP workers spin 10000 iterations, not 1000 (stop 59): PyTorch's segments run 1.35-2.1x faster.
-GROUP_TABLE_VERSION = 9
+#: 10: TVM's pool spins 1000 yields, not 0 (stop 60): a tuned TVM build ran 1.7-4.5x slower and unsteadily at 0.
+GROUP_TABLE_VERSION = 10
 #: Timing of a whole single-library plan during calibration.
 PLAN_TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=0.3, max_time_s=6.0, floor_repeats=3)
 #: Past the profile's deadline (the groups left on the default library, then the calibration): shorter timing, so

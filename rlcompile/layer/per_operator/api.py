@@ -122,7 +122,8 @@ def select(
             progress(Phase("layer", "timing the plan and ONNX Runtime (whole graph, ORT_ENABLE_ALL) side by side",
                            "measure"))  # fmt: skip
             native = model.compile(OrtRuntime("all"), RuntimeOptions(threads, exclusive=True))
-            contenders = [Contender("plan", lambda: engine.run(feeds)), Contender("ort native", native.timer(feeds))]
+            contenders = [Contender("plan", lambda: engine.run(feeds)),
+                          Contender.from_timer("ort native", native.timed(feeds))]
             standings = run_contest(contenders, timing, REPORT_ROUNDS)
             run.plan_ms, run.ort_ms = standings["plan"], standings["ort native"]
     return run
