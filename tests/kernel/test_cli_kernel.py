@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlcompile.cli import main
+from tests.sleeps import sleeps_per_call
 
 
 @pytest.fixture(scope="module")
@@ -59,20 +60,14 @@ def test_build_and_run_the_artifact(tuned: Path, tmp_path: Path, capsys) -> None
 def test_tvms_worker_stays_awake_between_the_kernels_of_one_call(tuned: Path, tmp_path: Path) -> None:
     """At rlcompile's spin count TVM's worker spins through the gaps between a call's parallel kernels instead of
     sleeping after each (2-4 sleeps a call on this artefact at spin 0, and the build 1.7-4.5x slower)."""
-    import resource
-
-    from rlcompile.saved import load_saved
-
     artifact = tmp_path / "lenet5.tar"
     assert main(["build", "lenet5", "--work-dir", str(tuned), "-o", str(artifact)]) == 0
-    saved = load_saved(artifact)
-    call = saved.timed(saved.reference_inputs).call
-    for _ in range(20):
-        call()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
-    for _ in range(100):
-        call()
-    assert (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / 100 < 1
+    setup = f"""
+from rlcompile.saved import load_saved
+saved = load_saved({str(artifact)!r})
+call = saved.timed(saved.reference_inputs).call
+"""
+    assert sleeps_per_call(setup) < 1
 
 
 def test_config_file_is_equivalent_to_flags(tmp_path: Path, capsys) -> None:

@@ -15,6 +15,7 @@ from rlcompile.errors import RlcompileError, TargetError, UnsupportedOperatorErr
 from rlcompile.models import load_model
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.verify import compare_outputs
+from tests.sleeps import sleeps_per_call
 
 
 @pytest.fixture(scope="module")
@@ -121,19 +122,18 @@ def test_a_contest_waits_after_a_runner_only_while_its_workers_spin(lenet5, name
     timer()
 
 
-def test_pytorchs_workers_stay_awake_between_the_operators_of_one_call(lenet5) -> None:
+def test_pytorchs_workers_stay_awake_between_the_operators_of_one_call() -> None:
     """At rlcompile's spin count libgomp's workers spin through the gaps between a call's operators instead of
     sleeping at each (~170 sleeps a call on hf:mpnet at 1000 iterations, and PyTorch's segments 1.35-2.1x slower)."""
-    import resource
-
-    runner = lenet5.compile(runtimes.create("torch"), RuntimeOptions(2))
-    inputs = lenet5.random_inputs()
-    for _ in range(20):
-        runner.run(inputs)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
-    for _ in range(50):
-        runner.run(inputs)
-    assert (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / 50 < 2
+    setup = """
+from rlcompile import runtimes
+from rlcompile.models import load_model
+from rlcompile.runtimes import RuntimeOptions
+model = load_model("lenet5")
+runner, inputs = model.compile(runtimes.create("torch"), RuntimeOptions(2)), model.random_inputs()
+call = lambda: runner.run(inputs)
+"""
+    assert sleeps_per_call(setup) < 2
 
 
 def test_tvm_uses_this_cpu_and_all_cores() -> None:
