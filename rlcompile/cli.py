@@ -14,6 +14,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -91,13 +92,14 @@ def measure_config(args: argparse.Namespace) -> MeasureConfig:
 
 
 def with_min_time(config: MeasureConfig, min_time: float | None) -> MeasureConfig:
-    """``config`` with each timing block lasting ``min_time`` seconds (``--min-time``), or as it is."""
+    """``config`` with each timing block lasting ``min_time`` seconds (``--min-time``), or as it is; a contest fitted
+    into a deadline then shortens its blocks no further than that when it is below the usual floor."""
     if min_time is None:
         return config
     if min_time <= 0:
         raise RlcompileError("--min-time must be positive")
-    return MeasureConfig(warmup=config.warmup, min_repeats=config.min_repeats, min_time_s=min_time,
-                         max_time_s=max(config.max_time_s, 3 * min_time))  # fmt: skip
+    return replace(config, min_time_s=min_time, max_time_s=max(config.max_time_s, 3 * min_time),
+                   floor_time_s=min(config.floor_time_s, min_time))  # fmt: skip
 
 
 def make_backend(name: str, args: argparse.Namespace):

@@ -206,8 +206,9 @@ def spread_over(timing: MeasureConfig, rounds: int) -> MeasureConfig:
                    min_repeats=max(3, timing.min_repeats * 2 // rounds))  # fmt: skip
 
 
-#: A contest fitted into a deadline still gives each contender at least this ``min_time_s`` (half a second in all).
-FLOOR_TIME_S = 0.25
+#: A contest fitted into a deadline still gives each contender at least this ``min_time_s`` (half a second in all),
+#: unless its timing says less (:attr:`MeasureConfig.floor_time_s`).
+FLOOR_TIME_S = MeasureConfig.floor_time_s
 
 
 def contest_seconds(timing: MeasureConfig, contenders: int) -> float:
@@ -228,11 +229,11 @@ def floor_seconds(calls_s: Sequence[float], rounds: int = DECISION_ROUNDS) -> fl
 
 def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> MeasureConfig:
     """``timing`` shortened, if need be, so that a contest of ``contenders`` ends within ``seconds``
-    (:func:`contest_seconds`); never below :data:`FLOOR_TIME_S` (the noise then says what the shorter contest
+    (:func:`contest_seconds`); never below ``timing.floor_time_s`` (the noise then says what the shorter contest
     costs). A block then ends at its time, or after one call of a model slower than that (one warm-up call
     before it): a model taking most of a second per call cannot stretch a block to ten calls."""
     fitted = timing.min_time_s * seconds / contest_seconds(timing, contenders)
-    min_time_s = max(FLOOR_TIME_S, min(timing.min_time_s, fitted))
+    min_time_s = max(timing.floor_time_s, min(timing.min_time_s, fitted))
     return replace(timing, min_time_s=min_time_s, warmup=min(timing.warmup, 1), min_repeats=1, floor_repeats=1,
                    max_time_s=min(timing.max_time_s, min_time_s))  # fmt: skip
 

@@ -35,11 +35,14 @@ class MeasureConfig:
     #: ``benchmarks/contest_noise.py --models lenet5 --variants default,uncapped``)
     max_repeats: int = 1000
     floor_repeats: int = 3
+    #: the shortest ``min_time_s`` a contest fitted into a deadline may shorten its blocks to
+    #: (:func:`~rlcompile.measure.contest.fit_within`; half a second a contender in all)
+    floor_time_s: float = 0.25
 
     def __post_init__(self) -> None:
         if self.min_repeats < 1 or self.floor_repeats < 1 or self.warmup < 0:
             raise ValueError("repeats must be >= 1 and warmup >= 0")
-        if self.min_time_s < 0 or self.max_time_s <= 0:
+        if self.min_time_s < 0 or self.max_time_s <= 0 or self.floor_time_s < 0:
             raise ValueError("times must be positive")
 
 

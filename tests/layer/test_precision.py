@@ -27,6 +27,7 @@ from rlcompile.measure import QUICK
 from rlcompile.models import load_model
 from rlcompile.plan import load_plan, save_plan
 from rlcompile.saved import time_saved
+from tests.timing import BLOCKS
 
 LENET_INPUT = {"input": ((1, 1, 32, 32), np.dtype(np.float32))}
 
@@ -150,9 +151,9 @@ def chosen(tmp_path_factory):
     # ORT and OpenVINO: the runtimes a precision plan runs in (PyTorch's per-group compiles, half the profile's
     # time, are covered by the selection tests)
     selection = select_segments(load_model("lenet5"), "exact", threads=2, library_names=["ort", "openvino"],
-                                table_dir=folder / "tables", timing=QUICK)  # fmt: skip
+                                table_dir=folder / "tables", timing=BLOCKS)  # fmt: skip
     contract = AccuracyContract("auto", folder / "data.npz", "rel-l2", 0.05)
-    choice = choose_precision(selection, contract, "qlearning", 0, folder / "work", QUICK, max_evaluations=30)
+    choice = choose_precision(selection, contract, "qlearning", 0, folder / "work", BLOCKS, max_evaluations=30)
     return folder, selection, choice
 
 

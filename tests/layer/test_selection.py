@@ -19,12 +19,13 @@ from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
 from rlcompile.plan import load_plan, save_plan
 from rlcompile.verify import compare_outputs
+from tests.timing import BLOCKS
 
 
 @pytest.fixture(scope="module")
 def selection(tmp_path_factory):
     table_dir = tmp_path_factory.mktemp("tables")
-    return select_segments(load_model("lenet5"), "qlearning", threads=2, table_dir=table_dir, timing=QUICK,
+    return select_segments(load_model("lenet5"), "qlearning", threads=2, table_dir=table_dir, timing=BLOCKS,
                            episodes=100)  # fmt: skip
 
 
@@ -53,7 +54,7 @@ def test_selection_measures_every_candidate_and_keeps_the_fastest(selection):
 
 def test_the_table_is_reused_and_the_solvers_keep_their_interface(selection):
     again = select_segments(load_model("lenet5"), "exact", threads=2, table_dir=selection.table_file.parent,
-                            timing=QUICK)  # fmt: skip
+                            timing=BLOCKS)  # fmt: skip
     assert again.table_reused and again.result.extra["proven_optimal"]
     qlearning = next(c for c in selection.candidates if "qlearning" in c.labels)
     problem = SelectionProblem(again.table)  # what the exact solver optimised: no plan costs less on it
@@ -237,7 +238,7 @@ def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_nat
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])])  # fmt: skip
     events: list = []
     chosen = select_segments(load_model(str(save(graph, tmp_path / "pool.onnx"))), "exact", threads=1,
-                             library_names=["ort", "openvino"], table_dir=tmp_path, timing=QUICK,
+                             library_names=["ort", "openvino"], table_dir=tmp_path, timing=BLOCKS,
                              progress=events.append)  # fmt: skip
     assert "ort native" in chosen.natives and "openvino native" not in chosen.natives
     assert any(isinstance(e, Event) and "OpenVINO does not run the whole model" in e.text for e in events)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from rlcompile.cli import main
-from rlcompile.measure import QUICK
 from rlcompile.models import corpus
 from rlcompile.models.corpus import CorpusEntry, hf_text, hf_vision
 from rlcompile.optimize import OptimizeRequest, StageSettings
 from rlcompile.optimize import optimize as run_optimize
+from tests.timing import BLOCKS
 
 
 def test_the_corpus_has_25_architectures_besides_the_zoo_and_names_each_once():
@@ -44,7 +44,7 @@ def slice_dir(tmp_path_factory) -> Path:
 def optimize(model: str, output: Path, levels: tuple[str, ...], libraries: str) -> dict:
     """``optimize`` at a CI-sized budget: the greedy graph agent, quick timing, and no PyTorch in the layer stage
     (its per-group TorchScript compiles are the slowest part of a profile)."""
-    settings = StageSettings(graph_agent="greedy", threads=2, libraries=libraries, timing=QUICK)
+    settings = StageSettings(graph_agent="greedy", threads=2, libraries=libraries, timing=BLOCKS)
     result = run_optimize(OptimizeRequest(model, output, budget_s=10.0, levels=levels, settings=settings))
     return json.loads((output / "manifest.json").read_text()) | {"stages": result.manifest.optimize.stages}
 

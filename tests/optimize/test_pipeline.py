@@ -13,9 +13,9 @@ import rlcompile
 from rlcompile.events import Event, Reuse, Step
 from rlcompile.graph.api import keeps
 from rlcompile.layer.selection import TIE_BAND
-from rlcompile.measure import QUICK
 from rlcompile.optimize import OptimizeRequest, StageSettings, optimize
 from rlcompile.verify import compare_outputs
+from tests.timing import BLOCKS
 
 #: Small enough for CI: lenet5, the seeds' agents, a few batches per task. The kernel stage must measure at least
 #: one batch within its share however slow the machine: on the 2-core VM in a session when it ran 2.5-5x slower
@@ -25,8 +25,10 @@ from rlcompile.verify import compare_outputs
 #: what these tests check is what the pipeline decides and records, not how finely (a 0.1 ms model's final contest
 #: took 30 of lenet5's 114 s at the default 1 s blocks on the slowed VM). The graph stage's agent is the greedy one:
 #: the stage's reuse is checked, not the agent (PPO's training took 6-11 of the fixture's 58 s). PyTorch is left out
-#: of the layer stage (its TorchScript compiles per group cost 2-3 s a run; the layer tests cover it).
-SETTINGS = StageSettings(graph_agent="greedy", threads=2, trials=24, libraries="ort,openvino,tvm", timing=QUICK)
+#: of the layer stage (its TorchScript compiles per group cost 2-3 s a run; the layer tests cover it). The contests
+#: time at :data:`tests.timing.BLOCKS` (the final one, 8 contenders settled over 20 rounds, took 16.7 of a run's
+#: 57 s at ``--quick``).
+SETTINGS = StageSettings(graph_agent="greedy", threads=2, trials=24, libraries="ort,openvino,tvm", timing=BLOCKS)
 BUDGET_S = 150.0
 
 
@@ -157,7 +159,7 @@ def test_layer_only_on_a_dynamic_input_model(dynamic_conv_model: Path, tmp_path:
 def test_optimize_skips_a_task_tvm_cannot_schedule_and_reports_it(unreplayable_task_model, tmp_path):
     # random search: its first batch of each task is quick, so both tasks get one before the kernel deadline (an
     # ample budget, the trials bounding the work: see SETTINGS)
-    settings = StageSettings(strategy="random", threads=2, libraries="ort,tvm", trials=32, timing=QUICK)
+    settings = StageSettings(strategy="random", threads=2, libraries="ort,tvm", trials=32, timing=BLOCKS)
     request = OptimizeRequest(str(unreplayable_task_model), tmp_path / "opt", budget_s=BUDGET_S,
                               levels=("kernel", "layer"), settings=settings)  # fmt: skip
     result = optimize(request)
