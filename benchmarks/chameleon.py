@@ -152,8 +152,8 @@ def time_beside_ort(model_name: str, model, row: dict, target, config) -> None:
     for name in ["tvm untuned", *row["strategies"]]:
         group = timers(name)
         console.log(f"{model_name}: timing {name} ({len(group)} builds) alternately with ORT native twice")
-        contenders = [Contender("ort", model.compile(ort).timer(inputs)),
-                      Contender("ort twin", model.compile(ort).timer(inputs), twin_of="ort"),
+        contenders = [Contender.from_timer("ort", model.compile(ort).timed(inputs)),
+                      Contender.from_timer("ort twin", model.compile(ort).timed(inputs), twin_of="ort"),
                       *[Contender(f"build {index}", call) for index, call in enumerate(group)]]  # fmt: skip
         standings = run_contest(contenders, config, rounds=2)
         stats = [standings[contender.label] for contender in contenders]

@@ -291,10 +291,13 @@ def time_builds(model: str, builds: dict) -> dict:
     original = load_model(model)
     feeds = original.random_inputs(0)
     options = runtimes.NATIVE
-    contenders = [Contender(name, load_saved(build["tar"]).timer(feeds)) for name, build in builds.items()]
+    # each waits out its library's spinning workers after its turn (Contender.from_timer)
+    contenders = [Contender.from_timer(name, load_saved(build["tar"]).timed(feeds)) for name, build in builds.items()]
     for library in ("ort", "openvino"):
-        contenders.append(Contender(library, original.compile(runtimes.create(library), options).timer(feeds)))
-    contenders.append(Contender("ort twin", original.compile(runtimes.create("ort"), options).timer(feeds), "ort"))
+        runner = original.compile(runtimes.create(library), options)
+        contenders.append(Contender.from_timer(library, runner.timed(feeds)))
+    contenders.append(Contender.from_timer("ort twin", original.compile(runtimes.create("ort"), options).timed(feeds),
+                                           "ort"))  # fmt: skip
     standings = run_contest(contenders, rounds=DECISION_ROUNDS, settle=SETTLE)
     ort = standings.median("ort")
     return {"rounds": standings.rounds, "noise": standings.noise,

@@ -123,7 +123,7 @@ def measure_plans(model, network, problem, plans, timing) -> dict:
     engines = {label: Engine(network, problem.names(plan)) for label, plan in plans.items()}
     session = model.compile(OrtRuntime("all"), RuntimeOptions(1, exclusive=True))
     contenders = [Contender(label, lambda engine=engine: engine.run(feeds)) for label, engine in engines.items()]
-    contenders.append(Contender("onnxruntime native", session.timer(feeds)))
+    contenders.append(Contender.from_timer("onnxruntime native", session.timed(feeds)))
     standings = run_contest(contenders, timing, rounds=2)
     stats = [standings[contender.label] for contender in contenders]
     result = {label: {"predicted_ms": problem.total(plans[label]), "measured_ms": s.median_ms}
