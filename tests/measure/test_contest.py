@@ -162,6 +162,21 @@ def test_a_contest_fitted_to_a_deadline_times_a_slow_model_once_per_block():
     assert standings["slow"].repeats == 2 and calls[0] == 4  # per block: one warm-up call and one timed call
 
 
+def test_a_fitted_contest_shortens_its_blocks_down_to_its_timings_floor():
+    from dataclasses import replace
+
+    from rlcompile.cli import with_min_time
+    from rlcompile.measure import QUICK
+    from rlcompile.measure.contest import fit_within
+
+    assert fit_within(MeasureConfig(), contenders=3, seconds=0.0).min_time_s == MeasureConfig().floor_time_s == 0.25
+    assert fit_within(QUICK, contenders=3, seconds=0.0).min_time_s == 0.25  # --quick's 0.1 s lengthened to the floor
+    fine = replace(QUICK, min_time_s=0.02, floor_time_s=0.02)
+    assert fit_within(fine, contenders=3, seconds=0.0).min_time_s == 0.02
+    assert fit_within(fine, contenders=3, seconds=100.0).min_time_s == 0.02  # never longer than asked
+    assert with_min_time(QUICK, 0.02).floor_time_s == 0.02 and with_min_time(QUICK, 2.0).floor_time_s == 0.25
+
+
 def test_the_floor_of_a_contest_past_its_deadline_is_what_it_takes():
     """Past its deadline a fitted contest still runs MIN_ROUNDS rounds of a warm-up call and a floor block each:
     what a stage reserves for it (floor_seconds) is what it takes."""
