@@ -175,7 +175,8 @@ def run_saved(args: argparse.Namespace) -> int:
     """Check saved results on their reference inputs and time them in turns, with ORT native beside them."""
     from rlcompile.saved import time_saved
 
-    timings, native = time_saved(args.model, measure_config(args), note)
+    measured = time_saved(args.model, measure_config(args), note)
+    timings, native = measured.saved, measured.native
     for timing in timings:
         verdict = "agrees with" if timing.agreement.within() else "DISAGREES with"
         if timing.accuracy is not None:
@@ -198,9 +199,10 @@ def run_saved(args: argparse.Namespace) -> int:
         stdout.print("the original model is not at hand, so ONNX Runtime native was not timed", highlight=False)
     else:
         stdout.print(f"ONNX Runtime native: median {native.median_ms:.3f} ms (p90 {native.p90_ms:.3f} ms), "
-                     "timed in the same rounds", highlight=False)  # fmt: skip
+                     f"timed in the same rounds; two identical sessions of it differ by {measured.noise:.1%}: the "
+                     "noise every ratio above carries", highlight=False)  # fmt: skip
     write_json(args.json, {"results": [timing.to_dict() for timing in timings],
-                           "ort_native": native.to_dict() if native else None})  # fmt: skip
+                           "ort_native": native.to_dict() if native else None, "noise": measured.noise})  # fmt: skip
     return 0 if all(timing.ok for timing in timings) else 1
 
 

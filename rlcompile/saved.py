@@ -98,7 +98,15 @@ class SavedTiming:
                 "accuracy": self.accuracy.to_dict() if self.accuracy else None}  # fmt: skip
 
 
-Timings = tuple[list["SavedTiming"], LatencyStats | None]
+@dataclass
+class Timings:
+    """What :func:`time_saved` measured: each saved result, ORT native on the original model (``None`` when the
+    model is not at hand) and how far two identical ORT native sessions were apart in the same rounds (the noise
+    every ratio here carries; ``None`` without the model)."""
+
+    saved: list[SavedTiming]
+    native: LatencyStats | None
+    noise: float | None
 
 
 def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
@@ -108,7 +116,8 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
 
     All must be made from a model with the same inputs (names, shapes, types). ONNX Runtime native on
     the original model joins the rounds when the model can still be loaded. Returns the timings in
-    the order given and ORT native's latency (``None`` when the model is not at hand).
+    the order given, ORT native's latency and the spread of a twin ORT native session beside it (both ``None``
+    when the model is not at hand).
     """
     progress(Phase("run", f"loading {', '.join(map(str, paths))}", "load"))
     saved = [load_saved(path) for path in paths]
@@ -122,23 +131,26 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
     rechecks = [accuracy_recheck(item) for item in saved]
     timers, names = [item.timed(feeds) for item in saved], [str(path) for path in paths]
     original = original_model(first.record)
+    contenders = [Contender.from_timer(f"{index}:{name}", timer)
+                  for index, (name, timer) in enumerate(zip(names, timers, strict=True))]  # fmt: skip
     if original is not None:
         from rlcompile import runtimes
 
         threads = first.record.get("threads") or host_cores()
-        timers.append(original.compile(runtimes.create("ort"), RuntimeOptions(threads, exclusive=True)).timed(feeds))
-        names.append(NATIVE)
-    progress(Phase("run", f"timing {', '.join(names)} in turns", "measure"))
-    contenders = [Contender.from_timer(f"{index}:{name}", timer)
-                  for index, (name, timer) in enumerate(zip(names, timers, strict=True))]
+        native_timers = [original.compile(runtimes.create("ort"), RuntimeOptions(threads, exclusive=True)).timed(feeds)
+                         for _ in range(2)]  # fmt: skip
+        contenders += [Contender.from_timer(NATIVE, native_timers[0]),
+                       Contender.from_timer(f"{NATIVE} (identical session)", native_timers[1], twin_of=NATIVE)]
+    natives = " and two ONNX Runtime native sessions" if original is not None else ""
+    progress(Phase("run", f"timing {', '.join(names)}{natives} in turns", "measure"))
     standings = run_contest(contenders, config, REPORT_ROUNDS)
     stats = [standings[contender.label] for contender in contenders]
-    native = stats[len(saved)] if original is not None else None
+    native = standings[NATIVE] if original is not None else None
     timings = [SavedTiming(str(path), item.describe(), latency, latency.median_ms / stats[0].median_ms,
                            latency.median_ms / native.median_ms if native else None, agreement, recheck)
                for path, item, latency, agreement, recheck in zip(paths, saved, stats, agreements, rechecks,
                                                                    strict=False)]  # fmt: skip
-    return timings, native
+    return Timings(timings, native, standings.noise if original is not None else None)
 
 
 def accuracy_recheck(item) -> Recheck | None:

@@ -187,7 +187,7 @@ def test_a_saved_precision_plan_is_checked_again_on_its_held_out_samples(chosen,
     assert (output / VALIDATION).is_file()
     plan = load_plan(output)
     assert plan.manifest.accuracy.excess <= 0.05
-    timings, _ = time_saved([output], QUICK)
+    timings = time_saved([output], QUICK).saved
     assert timings[0].ok and timings[0].accuracy.error == pytest.approx(plan.manifest.accuracy.error, rel=1e-3,
                                                                        abs=1e-6)  # fmt: skip
     assert main(["run", str(output), "--quick"]) == 0
