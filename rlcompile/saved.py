@@ -144,12 +144,12 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
     natives = " and two ONNX Runtime native sessions" if original is not None else ""
     progress(Phase("run", f"timing {', '.join(names)}{natives} in turns", "measure"))
     standings = run_contest(contenders, config, REPORT_ROUNDS)
-    stats = [standings[contender.label] for contender in contenders]
+    stats = [standings[contender.label] for contender in contenders[: len(saved)]]
     native = standings[NATIVE] if original is not None else None
     timings = [SavedTiming(str(path), item.describe(), latency, latency.median_ms / stats[0].median_ms,
                            latency.median_ms / native.median_ms if native else None, agreement, recheck)
                for path, item, latency, agreement, recheck in zip(paths, saved, stats, agreements, rechecks,
-                                                                   strict=False)]  # fmt: skip
+                                                                   strict=True)]  # fmt: skip
     return Timings(timings, native, standings.noise if original is not None else None)
 
 
