@@ -63,9 +63,10 @@ def contenders(model, feeds: dict, threads: int, variant: str) -> list[Contender
     options = RuntimeOptions(threads, exclusive=exclusive)
     made = []
     for label, runtime in (("ort", ort), ("openvino", openvino)):
-        original = model.compile(runtime, options).timer(feeds)
-        twin = model.compile(runtime, options).timer(feeds)
-        made += [Contender(label, original), Contender(f"{label} twin", twin, twin_of=label)]
+        # each waits out its spinning workers after its turn, as rlcompile's contests do (Contender.from_timer)
+        original = model.compile(runtime, options).timed(feeds)
+        twin = model.compile(runtime, options).timed(feeds)
+        made += [Contender.from_timer(label, original), Contender.from_timer(f"{label} twin", twin, twin_of=label)]
     return made
 
 
