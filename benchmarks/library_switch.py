@@ -77,9 +77,10 @@ def switch_cost(engine, examples: dict, timing) -> dict:
     head_inputs = [examples[name] for name in head.segment.inputs]
     tail_inputs = [examples[name] for name in tail.segment.inputs]
     feeds = {name: examples[name] for name in engine.inputs}
-    standings = run_contest([Contender("both", lambda: engine.run(feeds)),
-                             Contender("head", lambda: head.runner(head_inputs)),
-                             Contender("tail", lambda: tail.runner(tail_inputs))], timing, rounds=2)  # fmt: skip
+    contenders = [Contender("both", lambda: engine.run(feeds), wind_down_s=engine.wind_down_s),
+                  Contender("head", lambda: head.runner(head_inputs), wind_down_s=head.runner.wind_down_s),
+                  Contender("tail", lambda: tail.runner(tail_inputs), wind_down_s=tail.runner.wind_down_s)]
+    standings = run_contest(contenders, timing, rounds=2)
     both, alone_head, alone_tail = standings["both"], standings["head"], standings["tail"]
     return {
         "switch_ms": both.median_ms - alone_head.median_ms - alone_tail.median_ms,
