@@ -9,8 +9,8 @@ over another. They all time the same way, here:
   lands on every contender instead of one, and no contender always follows the same neighbour (a
   library whose threads are still winding down slows whoever runs next). Medians pool every round. A
   contender whose library keeps spinning after its runs (an ONNX Runtime session run exclusively) is
-  followed by a pause (``Contender.wind_down_s``): measured, it slowed the next plan 1.4-2.2x at once and not
-  at all 50 ms later.
+  followed by a wait until the process is idle again (:func:`wind_down`, at most a few times
+  ``Contender.wind_down_s``): measured, it slowed the next plan 1.4-2.2x at once and not at all 50 ms later.
 * **Twins.** A contender may be the identical twin of another (a second session of the same model):
   the ratio of their medians is the noise of this very measurement.
 * **Settling** (:class:`Settle`): a decision's contest runs more batches of rounds, pooled, while its twins
@@ -95,8 +95,8 @@ class Contender:
     call: Callable[[], object]
     twin_of: str | None = None
     simplicity: float = 0.0
-    #: seconds to wait after this contender's turn while its library's idle threads wind down
-    #: (:data:`~rlcompile.threads.SPIN_WIND_DOWN_S` for an ONNX Runtime session that spins between runs)
+    #: about how long its library's idle threads keep a core busy after its turn, which the contest waits out
+    #: (:func:`wind_down`; :data:`~rlcompile.threads.SPIN_WIND_DOWN_S` for an ONNX Runtime session that spins)
     wind_down_s: float = 0.0
 
     @classmethod
@@ -238,6 +238,32 @@ def fit_within(timing: MeasureConfig, contenders: int, seconds: float) -> Measur
                    max_time_s=min(timing.max_time_s, min_time_s))  # fmt: skip
 
 
+#: A wind-down watches this process's CPU time in slices this long ...
+IDLE_SLICE_S = 0.002
+#: ... and ends after two slices in a row in which its threads used less than this share of one core ...
+IDLE_SHARE = 0.1
+#: ... or after this many times the wait the runner expects, whichever comes first.
+WIND_DOWN_CAP = 4.0
+
+
+def wind_down(expected_s: float) -> float:
+    """Wait while the threads of the library that has just run keep a core busy, up to :data:`WIND_DOWN_CAP` times
+    ``expected_s``; the seconds waited. How long they spin is the CPU's, not a constant: ONNX Runtime's workers spin
+    for 2**20 PAUSE instructions, whose length differs between CPUs (Intel's take ~140 cycles since Skylake, AMD's
+    a few): measured on a 2-core Emerald Rapids VM, 40-47 ms of CPU after a native call of hf:deit, against the
+    50 ms that :data:`~rlcompile.threads.SPIN_WIND_DOWN_S` expects from the Zen 4 VM where it was measured. So the
+    wait ends when the process is idle (two quiet slices of :data:`IDLE_SLICE_S`), however long that takes."""
+    started = time.monotonic()
+    limit = started + WIND_DOWN_CAP * expected_s
+    quiet = 0
+    while quiet < 2 and time.monotonic() < limit:
+        cpu, wall = time.process_time(), time.monotonic()
+        time.sleep(IDLE_SLICE_S)
+        busy = time.process_time() - cpu
+        quiet = quiet + 1 if busy < IDLE_SHARE * (time.monotonic() - wall) else 0
+    return time.monotonic() - started
+
+
 def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]], config: MeasureConfig,
                rounds: int, rng: np.random.Generator, in_order_first: bool = True,
                deadline: float | None = None, wind_down_s: Sequence[float] | None = None,
@@ -245,7 +271,7 @@ def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]]
                ) -> tuple[list[float], int]:  # fmt: skip
     """Time each call in turn for ``rounds`` rounds, adding to its ``samples``: the first round in the given
     order (unless ``in_order_first`` is off), the others in shuffles from ``rng``; past ``deadline``, no further
-    round starts once :data:`MIN_ROUNDS` are done; ``wind_down_s``: seconds to wait after each call's turn;
+    round starts once :data:`MIN_ROUNDS` are done; ``wind_down_s``: each call's expected wind-down (:func:`wind_down`);
     ``blocks``: each call's block median by round number (counted from ``first_round``).
     Returns the seconds each call's turns took (warm-ups and waits included) and the rounds done."""
     seconds = [0.0] * len(calls)
@@ -260,7 +286,7 @@ def take_turns(calls: Sequence[Callable[[], object]], samples: list[list[float]]
             if blocks is not None:
                 blocks[index][first_round + round_index] = block.median_ms
             if wind_down_s and wind_down_s[index] > 0:
-                time.sleep(wind_down_s[index])
+                wind_down(wind_down_s[index])
             seconds[index] += time.monotonic() - started
     return seconds, rounds
 
