@@ -41,6 +41,32 @@ def slice_dir(tmp_path_factory) -> Path:
     return folder
 
 
+def built(folder: Path, name: str) -> str:
+    """The file :func:`corpus.build` wrote for the entry called ``name`` (``:`` written ``-``)."""
+    return str(folder / CorpusEntry(name, "", "").file_name)
+
+
+def test_batch_norm_statistics_are_settled_so_that_activations_keep_their_scale():
+    """Freshly initialised BatchNorm layers pass on their input's scale, so a deep random network's activations
+    vanish (hf:efficientnet's outputs were exactly 0, hf:mobilevit's denormal); settled, they keep unit scale."""
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(12):
+        conv = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        torch.nn.init.normal_(conv.weight, std=0.02)  # transformers' initializer_range
+        layers += [conv, torch.nn.BatchNorm2d(8), torch.nn.ReLU()]
+    module = torch.nn.Sequential(*layers).eval()
+    inputs = {"input": torch.randn(1, 8, 16, 16)}
+    with torch.no_grad():
+        before = module(inputs["input"]).abs().max().item()
+        assert corpus.settle_batch_norm(module, inputs) == 12
+        after = module(inputs["input"])
+    assert before < 1e-6 and 0.1 < after.std().item() < 10 and not module.training
+    assert corpus.settle_batch_norm(torch.nn.Linear(4, 4), {"input": torch.randn(1, 4)}) == 0
+
+
 def optimize(model: str, output: Path, levels: tuple[str, ...], libraries: str) -> dict:
     """``optimize`` at a CI-sized budget: the greedy graph agent, quick timing, and no PyTorch in the layer stage
     (its per-group TorchScript compiles are the slowest part of a profile)."""
@@ -52,7 +78,7 @@ def optimize(model: str, output: Path, levels: tuple[str, ...], libraries: str) 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ci-bert", "ci-yolos", "ocr-cls"])
 def test_a_transformer_a_detector_and_a_paddle_export_go_through_optimize(slice_dir, tmp_path, name):
-    model = name if name == "ocr-cls" else str(slice_dir / f"{name}.onnx")
+    model = name if name == "ocr-cls" else built(slice_dir, name)
     # the Paddle export has 65 fusion groups: profiling them in TVM too would double the test's time for
     # nothing (at this budget the kernel stage tunes nothing, so no TVM segment can be chosen)
     libraries = "ort,openvino" if name == "ocr-cls" else "ort,openvino,tvm"
@@ -65,7 +91,7 @@ def test_a_transformer_a_detector_and_a_paddle_export_go_through_optimize(slice_
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["cf-gated", "cf-recurrent"])
 def test_models_with_control_flow_survive_the_graph_level(slice_dir, tmp_path, name):
-    model = str(slice_dir / f"{name}.onnx")
+    model = built(slice_dir, name)
     assert main(["graph", model, "--agent", "greedy", "--steps", "3", "--quick", "-o", str(tmp_path / "g.onnx")]) == 0
     manifest = optimize(model, tmp_path / "opt", ("graph", "layer"), "ort,openvino")
     assert manifest["optimize"]["latency"]["agreement"]["max_rel"] < 1e-3
