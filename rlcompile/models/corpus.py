@@ -308,7 +308,8 @@ def export(entry: CorpusEntry, path: Path) -> None:
 
 def settle_batch_norm(module, inputs: dict) -> int:
     """Give ``module``'s BatchNorm layers the statistics of its activations on ``inputs`` (one pass, the other
-    layers in eval mode), as training leaves them; how many layers there were.
+    layers in eval mode), as training leaves them, and PyTorch's initial scale 1 and shift 0; how many layers there
+    were.
 
     Freshly initialised, a BatchNorm layer in eval mode keeps mean 0 and variance 1 and passes on whatever scale
     its input has, so the scales of the layers between multiply: with transformers' initialisation hf:efficientnet
@@ -320,7 +321,7 @@ def settle_batch_norm(module, inputs: dict) -> int:
     if not norms:
         return 0
     for norm in norms:
-        norm.reset_running_stats()
+        norm.reset_parameters()  # PyTorch's own: scale 1, shift 0 (transformers drew hf:efficientnet's ~N(0, 0.02))
         norm.momentum = None  # a cumulative average: the pass's own statistics
         norm.train()
     try:
