@@ -508,7 +508,7 @@ def command_optimize(args: argparse.Namespace) -> int:
     result = optimize(request, log)
     stdout.print(optimize_table(result.manifest))
     latency = result.manifest.optimize.latency
-    verdict = (f"{latency.speedup:.3f}x the faster of ONNX Runtime and OpenVINO native "
+    verdict = (f"{latency.speedup:.3f}x as fast as the faster of ONNX Runtime and OpenVINO native "
                f"({latency.original_ms:.3f} -> {latency.final_ms:.3f} ms)")  # fmt: skip
     if latency.noise is not None:
         verdict += f"; identical sessions differ by {100 * latency.noise:.1f}% in this run"

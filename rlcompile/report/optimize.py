@@ -73,7 +73,7 @@ def deploy_lines(output: Path, manifest: Manifest) -> list[str]:
                      f"held-out samples (fp32 {accuracy.fp32_error:.4g}, tolerance +{accuracy.tolerance:g})")
     noise = f" (identical sessions differed by {100 * latency.noise:.1f}%)" if latency.noise is not None else ""
     return [f"The plan runs on {' + '.join(used)} ({len(manifest.segments)} segment(s), {settings}): "
-            f"{latency.speedup:.3f}x the faster of ONNX Runtime and OpenVINO native{noise}.", "",
+            f"{latency.speedup:.3f}x as fast as the faster of ONNX Runtime and OpenVINO native{noise}.", "",
             f"Export it for the runtime you deploy on (written, then checked there in a fresh process): "
             f"`{export_command(manifest, output)}`.", "",
             f"Or run it as it is: `rlcompile run {output}` or "
