@@ -315,7 +315,7 @@ def settle_batch_norm(module, inputs: dict) -> int:
     Freshly initialised, a BatchNorm layer in eval mode keeps mean 0 and variance 1 and passes on whatever scale
     its input has, so the scales of the layers between multiply: with transformers' initialisation hf:efficientnet
     gave outputs of exactly 0, hf:mobilenet-v2 ~1e-21 and hf:mobilevit denormal numbers (~1e-40), which this
-    project's Intel VM computed ~20x slower in every library (645 against 32 ms in ONNX Runtime once settled).
+    project's Intel VM computed ~20x slower in every library (598 against 28.9 ms in ONNX Runtime once settled).
     hf:levit, settled, ran to outputs of ~3e4 in eval mode against unit scale in the pass (ONNX Runtime's own two
     sessions then disagreed by 1e-2): kept as it was."""
     import torch
