@@ -81,7 +81,7 @@ def ort_worker_affinities(threads: int) -> str | None:
 #: ``exclusive`` one): measured on the 2-core Zen 4 VM, ocr-det's 15-segment plan run right after ORT native took
 #: 1.4-2.2x its time at once, 1.3-1.5x 10 ms later and its own time 50 ms later (after a quiet session: its own time).
 #: A contest expects about this long after such a contender's turn and waits until the process is idle, so that it
-#: does not slow whoever runs next (:func:`rlcompile.measure.contest.wind_down`: 40-47 ms on an Emerald Rapids VM).
+#: does not slow whoever runs next (:func:`rlcompile.measure.contest.wind_down`: 34-48 ms on an Emerald Rapids VM).
 SPIN_WIND_DOWN_S = 0.05
 
 

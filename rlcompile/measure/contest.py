@@ -250,7 +250,7 @@ def wind_down(expected_s: float) -> float:
     """Wait while the threads of the library that has just run keep a core busy, up to :data:`WIND_DOWN_CAP` times
     ``expected_s``; the seconds waited. How long they spin is the CPU's, not a constant: ONNX Runtime's workers spin
     for 2**20 rounds of a loop around a PAUSE instruction, whose length differs several-fold between CPUs: measured
-    on a 2-core Emerald Rapids VM, 40-47 ms of CPU after a native call of hf:deit, against the 50 ms that
+    on a 2-core Emerald Rapids VM, 34-48 ms of CPU after a native call of hf:deit, against the 50 ms that
     :data:`~rlcompile.threads.SPIN_WIND_DOWN_S` expects from the Zen 4 VM where it was measured. So the wait ends
     when the process is idle (two quiet slices of :data:`IDLE_SLICE_S`), however long that takes."""
     started = time.monotonic()
