@@ -337,7 +337,7 @@ def settle_batch_norm(module, inputs: dict) -> int:
         with torch.no_grad():
             settling = run(*inputs.values())
             for norm in norms:  # the variance the pass divided by (PyTorch keeps the unbiased one, n/(n-1) larger)
-                count = counts.get(id(norm), 2)
+                count = counts.get(id(norm), 1)  # a layer the pass did not run keeps its variance
                 norm.running_var.mul_((count - 1) / count if count > 1 else 1.0)
                 norm.eval()
             settled = run(*inputs.values())
