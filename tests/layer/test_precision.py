@@ -139,6 +139,37 @@ def test_int8_goes_where_asked_and_calibrates_once(tmp_path: Path):
     onnx.checker.check_model(every)
 
 
+def attention_like() -> onnx.ModelProto:
+    """x @ W (weighted), then (x @ W) @ (x @ W)^T (two activations), then Relu: one group each."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="project"),
+             helper.make_node("Transpose", ["h"], ["ht"], name="turn", perm=[1, 0]),
+             helper.make_node("MatMul", ["h", "ht"], ["scores"], name="scores"),
+             helper.make_node("Relu", ["scores"], ["y"], name="relu")]  # fmt: skip
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], [weight])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def test_only_weighted_conv_and_matmul_are_quantized(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from rlcompile.layer.precision.space import precision_units
+
+    proto = attention_like()
+    groups = [SimpleNamespace(name="a", nodes=["project", "turn"]), SimpleNamespace(name="b", nodes=["scores", "relu"])]
+    units = precision_units(proto, groups)
+    assert [(unit.group, unit.nodes, unit.macs) for unit in units] == [("a", ("project",), 4 * 8 * 8)]
+    feeds = [{"x": np.random.default_rng(i).standard_normal((4, 8)).astype(np.float32)} for i in range(4)]
+    every = Quantizer(proto, feeds, tmp_path).quantized([node for unit in units for node in unit.nodes])
+    # the weighted MatMul's input, weights and output, nothing of the attention MatMul's or the Relu's
+    assert {node.input[0] for node in every.graph.node if node.op_type == "QuantizeLinear"} == {"x", "h"}
+    assert {node.name for node in every.graph.node if node.op_type == "DequantizeLinear"} == {
+        "x_DequantizeLinear", "W_DequantizeLinear", "h_DequantizeLinear"}
+
+
 @pytest.fixture(scope="module")
 def chosen(tmp_path_factory):
     """lenet5 through select with int8 allowed on labelled data, and a precision plan saved."""

@@ -2,11 +2,12 @@
 
 The activations' ranges are computed once on the calibration samples (ONNX Runtime's MinMax calibrator,
 kept in a cache file); every plan then quantizes only the nodes of its int8 groups from that cache, so a
-search can try many plans without calibrating again. Weights are per-channel int8 (symmetric),
-activations uint8; on an x86 CPU without VNNI the weights keep 7 bits (``reduce_range``), as ONNX
-Runtime advises against saturation. Both ONNX Runtime and OpenVINO run the QDQ model (each fuses
-DequantizeLinear -> Conv/MatMul -> QuantizeLinear into an int8 kernel), so a mixed plan pays no library
-boundary.
+search can try many plans without calibrating again. Only the operators in :data:`QUANTIZED_OPS` are
+quantized, whatever else ``nodes`` names (see :mod:`rlcompile.layer.precision.space` for why). Weights
+are per-channel int8 (symmetric), activations uint8; on an x86 CPU without VNNI the weights keep 7 bits
+(``reduce_range``), as ONNX Runtime advises against saturation. Both ONNX Runtime and OpenVINO run the
+QDQ model (each fuses DequantizeLinear -> Conv/MatMul -> QuantizeLinear into an int8 kernel), so a mixed
+plan pays no library boundary.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class Quantizer:
                             None if self.cache.is_file() else SampleReader(self.calibration),
                             quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=not has_vnni(),
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=nodes,
+                            op_types_to_quantize=sorted(QUANTIZED_OPS),
                             calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=str(self.cache),
                             extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})  # fmt: skip
         except Exception as error:  # the quantizer on a graph it cannot take: said in one line by the caller
