@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from rlcompile.errors import first_line
-from rlcompile.layer.precision.contract import Metric, MetricError, Samples, mean_error
+from rlcompile.layer.precision.contract import Metric, MetricError, Samples, mean_error, relative_l2
 from rlcompile.layer.precision.quantize import Quantizer
 from rlcompile.layer.precision.space import PrecisionPlan, Unit
 from rlcompile.measure import QUICK, LatencyStats, MeasureConfig, measure_latency
@@ -35,6 +35,9 @@ class Evaluation:
     plan: PrecisionPlan
     error: float = float("nan")
     excess: float = float("nan")
+    #: how far its outputs are from fp32's (relative L2, mean over the validation samples): a continuous
+    #: measure of what lowering did, where the metric itself is a share of samples that moves in steps
+    deviation: float = float("nan")
     latency: LatencyStats | None = None
     within: bool = False
     failure: str | None = None
@@ -105,6 +108,7 @@ class Evaluator:
                 raise ValueError("non-finite outputs")
             evaluation.error = mean_error(self.metric, self.samples, self.reference, outputs)
             evaluation.excess = evaluation.error - self.fp32_error
+            evaluation.deviation = mean_error(relative_l2, self.samples, self.reference, outputs)
             evaluation.within = evaluation.excess <= self.tolerance
             evaluation.latency = measure_latency(runner.timer(self.samples.feeds(self.samples.validation[0])),
                                                  self.timing)  # fmt: skip

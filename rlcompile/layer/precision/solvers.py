@@ -5,7 +5,10 @@
   whose return lowers the error most first (ranked once, by reverting each alone), until within tolerance;
 - ``proxy``: the exact optimum of an additive proxy: each group's error when it alone is lowered, its
   saving estimated by its share of the MACs times what lowering everything saves; the subset that saves
-  most with the summed errors within tolerance (a 0/1 knapsack, solved exactly), then measured;
+  most with the summed errors within tolerance (a 0/1 knapsack, solved exactly), then measured. When that
+  plan leaves the tolerance, the errors did not add up (a metric that counts samples moves in steps: one
+  group alone changes no sample, many together do); the proxy is then each group's output deviation
+  (relative L2 to fp32, continuous), and its limit is bisected on measured plans;
 - ``qlearning``: QS-DNN's agent: one decision per group (float or int8) after the mode, tabular Q-learning
   with epsilon-greedy episodes, reward -latency/fp32 latency, or a penalty below any valid plan when the
   measured error leaves the tolerance; every plan it visits is measured end to end (cached);
@@ -112,7 +115,7 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
 
 
 def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
-    """The exact optimum of the additive proxy, measured; the proxy's tolerance halves while it misses."""
+    """The exact optimum of the additive proxy, measured; on a miss, the deviation proxy's limit bisected."""
     before = len(evaluator.visited)
     plans: list[PrecisionPlan] = []
     notes: dict = {}
@@ -125,17 +128,40 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         saving = weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
         alone = [evaluator(PrecisionPlan(mode, frozenset({i}))) for i in range(len(evaluator.units))]
         costs = np.array([max(e.excess, 0.0) if e.failure is None else np.inf for e in alone])
-        limit = evaluator.tolerance
-        for _ in range(4):
-            chosen = knapsack(saving, costs, limit)
-            plans.append(PrecisionPlan(mode, frozenset(chosen)))
-            if evaluator(plans[-1]).within:
-                break
-            limit /= 2
-        notes |= {"mode": mode.label, "proxy_saving_ms": float(saving[list(chosen)].sum()) if chosen else 0.0}
+        chosen = knapsack(saving, costs, evaluator.tolerance)
+        plans.append(PrecisionPlan(mode, frozenset(chosen)))
+        notes |= {"mode": mode.label, "proxy_saving_ms": float(saving[chosen].sum())}
+        if not evaluator(plans[-1]).within:
+            notes["bisected"] = bisect_deviation(evaluator, mode, saving, costs, alone, plans)
     except BudgetSpent:
         notes["stopped"] = "budget spent"
     return SearchResult("proxy", evaluator.best(plans), len(evaluator.visited) - before, notes)
+
+
+#: Measured plans the deviation proxy's bisection may spend.
+BISECTION_STEPS = 6
+
+
+def bisect_deviation(evaluator: Evaluator, mode: Mode, saving: np.ndarray, costs: np.ndarray,
+                     alone: list[Evaluation], plans: list[PrecisionPlan]) -> list[float]:  # fmt: skip
+    """Knapsack optima on each group's output deviation, the limit bisected (geometrically) between one
+    group's least deviation and the sum of all: raised after a plan within the tolerance, lowered after a
+    miss. Groups that alone leave the tolerance or fail stay float. The limits tried, in order."""
+    deviation = np.array([e.deviation if e.failure is None and np.isfinite(e.deviation) else np.inf for e in alone])
+    deviation[costs > evaluator.tolerance] = np.inf
+    finite = deviation[np.isfinite(deviation) & (deviation > 0)]
+    if not finite.size:
+        return []
+    low, high, limits = float(finite.min()), float(finite.sum()), []
+    for _ in range(BISECTION_STEPS):
+        limit = float(np.sqrt(low * high))
+        limits.append(limit)
+        plans.append(PrecisionPlan(mode, frozenset(knapsack(saving, deviation, limit))))
+        if evaluator(plans[-1]).within:
+            low = limit
+        else:
+            high = limit
+    return limits
 
 
 def knapsack(values: np.ndarray, costs: np.ndarray, limit: float) -> list[int]:
