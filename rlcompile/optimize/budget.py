@@ -1,15 +1,15 @@
 """How ``optimize`` spends its wall-time budget across the levels.
 
-The rule, stated once: each level chosen gets its share of the budget (:data:`SHARES`, renormalised
-over the levels asked for). The graph level's search gets :data:`GRAPH_SEARCH_SHARE` of the graph
-share; checking and judging its rewrite take the rest. Time the graph level did not use passes to the
-kernel level, which always has more to tune, and time it overran is taken from it, as is whatever ran late
-before it (the process's start-up included), so that the layer level keeps its share; the kernel level
-starts no batch past its deadline, and none of a batch's runs past it or beyond it. The layer level's share is its
-deadline (less the least time its final contest can take and the whole-model compiles that follow its profile): its
-profile adds libraries per fusion group until the time for it is spent (the default library profiles
-the rest, and the profile resumes in a later run), the refining probe runs only when it leaves the
-final contest its time, and the final contest always runs, shortened to fit down to a floor per contender.
+The rule, stated once: each level chosen gets its share of the budget (:data:`SHARES`, or :data:`LOWERED_SHARES`
+when precision below fp32 is allowed; renormalised over the levels asked for). The graph level's search gets
+:data:`GRAPH_SEARCH_SHARE` of the graph share; checking and judging its rewrite take the rest. Time the graph level
+did not use passes to the kernel level, which always has more to tune, and time it overran is taken from it, as is
+whatever ran late before it (the process's start-up included), so that the layer level keeps its share; the kernel
+level starts no batch past its deadline, and none of a batch's runs past it or beyond it. The layer level's share is
+its deadline (less the least time its final contest can take and the whole-model compiles that follow its profile):
+its profile adds libraries per fusion group until the time for it is spent (the default library profiles the rest,
+and the profile resumes in a later run), the refining probe runs only when it leaves the final contest its time, and
+the final contest always runs, shortened to fit down to a floor per contender.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from rlcompile.errors import RlcompileError
 
 LEVELS = ("graph", "kernel", "layer")
 SHARES = {"graph": 0.15, "kernel": 0.50, "layer": 0.35}
+#: The shares when the accuracy contract allows a precision below fp32: the layer level, where the precision
+#: searches run, takes most of the kernel level's. Each plan they try is quantized, compiled and checked on
+#: every held-out sample (about 3 s on PaddleOCR's recogniser on 2 cores), NNCF's ranking alone tries one
+#: per group (47 there), while the tuned kernels gain little over libraries already near the FMA peak.
+LOWERED_SHARES = {"graph": 0.15, "kernel": 0.20, "layer": 0.65}
 #: Kept aside for writing the plan directory and its report after the stages.
 WRITE_SHARE = 0.03
 #: The graph search's part of the graph share (verifying and judging the rewrite take the rest).
@@ -56,6 +61,8 @@ class Budget:
 
     total_s: float
     levels: tuple[str, ...]
+    #: whether the accuracy contract allows a precision below fp32 (:data:`LOWERED_SHARES` then)
+    lowered: bool = False
 
     @property
     def usable_s(self) -> float:
@@ -66,7 +73,9 @@ class Budget:
         """The seconds ``level`` is given (0 when it is not chosen)."""
         if level not in self.levels:
             return 0.0
-        return self.usable_s * SHARES[level] / sum(SHARES[name] for name in self.levels)
+        shares = LOWERED_SHARES if self.lowered else SHARES
+        return self.usable_s * shares[level] / sum(shares[name] for name in self.levels)
 
     def to_dict(self) -> dict:
-        return {"total_s": self.total_s, "shares_s": {level: self.share_s(level) for level in self.levels}}
+        return {"total_s": self.total_s, "shares_s": {level: self.share_s(level) for level in self.levels},
+                "lowered": self.lowered}  # fmt: skip

@@ -89,6 +89,7 @@ def test_the_proxy_bisects_on_output_deviation_when_a_counting_metric_does_not_a
     assert found.best is not None and found.best.within
     assert found.best.deviation < 0.1 and len(found.best.plan.int8) >= 3  # e.g. 0.01 + 0.02 + 0.03 + 0.04 > 0.1
     assert 0 < len(found.notes["bisected"]) <= BISECTION_STEPS
+    assert evaluator.best([]) is None and evaluator.best() is not None  # a search is credited only its own plans
 
 
 def test_metrics_compare_with_fp32_or_with_labels():

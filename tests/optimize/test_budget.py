@@ -26,14 +26,16 @@ def test_levels_keep_pipeline_order_and_refuse_unknown_names():
         parse_levels("graph,kernels")
 
 
+@pytest.mark.parametrize("lowered", [False, True])
 @pytest.mark.parametrize("levels", [LEVELS, ("graph", "layer"), ("kernel",), ("layer",)])
-def test_shares_split_the_usable_budget_over_the_chosen_levels(levels):
-    budget = Budget(600.0, tuple(levels))
+def test_shares_split_the_usable_budget_over_the_chosen_levels(levels, lowered):
+    budget = Budget(600.0, tuple(levels), lowered)
     assert 0.9 * 600 < budget.usable_s < 600  # the rest is for writing the plan
     assert sum(budget.share_s(level) for level in LEVELS) == pytest.approx(budget.usable_s)
     assert all(budget.share_s(level) == 0 for level in LEVELS if level not in levels)
-    if "kernel" in levels and len(levels) > 1:
-        assert budget.share_s("kernel") == max(budget.share_s(level) for level in levels)
+    favoured = "layer" if lowered else "kernel"  # lowering precision is searched at the layer level
+    if favoured in levels and len(levels) > 1:
+        assert budget.share_s(favoured) == max(budget.share_s(level) for level in levels)
 
 
 def test_a_budget_run_as_a_program_counts_from_the_process_start():

@@ -130,7 +130,8 @@ class Evaluator:
         return self.created[plan.mode.runtime].compile(self.model(plan), options)
 
     def best(self, plans: list[PrecisionPlan] | None = None) -> Evaluation | None:
-        """The fastest evaluation within the contract (of ``plans``, else of all)."""
-        pool = [self.cache[p] for p in (plans or self.visited) if p in self.cache]
+        """The fastest evaluation within the contract (of ``plans``, else of all; of none when ``plans`` is
+        empty: a search the budget stopped before its own plans found nothing, whatever others found)."""
+        pool = [self.cache[p] for p in (self.visited if plans is None else plans) if p in self.cache]
         within = [e for e in pool if e.within and e.failure is None]
         return min(within, key=lambda e: e.ms) if within else None
