@@ -99,9 +99,11 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         plans.append(PrecisionPlan(mode, current))
         first = evaluator(plans[-1])
         if not first.within and evaluator.units:
-            reverted = {i: evaluator(PrecisionPlan(mode, current - {i})) for i in sorted(current)}
+            reverted = {}
+            for i in sorted(current):  # each plan is the search's as soon as it is measured, budget or not
+                plans.append(PrecisionPlan(mode, current - {i}))
+                reverted[i] = evaluator(plans[-1])
             ranking = sorted(current, key=lambda i: reverted[i].error if reverted[i].failure is None else np.inf)
-            plans += [PrecisionPlan(mode, current - {i}) for i in ranking]
             notes["ranking"] = [evaluator.units[i].group for i in ranking]
             for index in ranking:
                 current = current - {index}
