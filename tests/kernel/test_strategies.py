@@ -88,8 +88,9 @@ def test_same_seed_same_proposals(name, task, space, tmp_path) -> None:
             batches.append([p.config for p in proposals])
         return batches
 
-    assert run(5) == run(5)
-    assert run(5) != run(6)
+    first = run(5)
+    assert run(5) == first
+    assert run(6) != first
 
 
 def test_model_guided_searches_beat_random_on_a_known_objective(task, space, tmp_path) -> None:
