@@ -68,7 +68,7 @@ class OptimizeRequest:
 
     @property
     def budget(self) -> Budget:
-        return Budget(self.budget_s, tuple(self.levels), lowered=self.settings.precision != "fp32")
+        return Budget(self.budget_s, tuple(self.levels), lowered=not self.settings.exact)
 
 
 @dataclass

@@ -67,12 +67,16 @@ class StageSettings:
     metric: str = "rel-l2"
     tolerance: float = DEFAULT_TOLERANCE
 
+    @property
+    def exact(self) -> bool:
+        """Whether the accuracy contract keeps fp32 (allows no lowered precision)."""
+        return self.precision == "fp32"
+
     def describe(self) -> dict:
         """The settings as the manifest and the run key record them (timing is not part of a run's identity;
         the accuracy contract only when it allows a lowered precision)."""
-        exact = self.precision == "fp32"
         return {key: value for key, value in asdict(self).items()
-                if key != "timing" and not (exact and key in CONTRACT_FIELDS)}  # fmt: skip
+                if key != "timing" and not (self.exact and key in CONTRACT_FIELDS)}  # fmt: skip
 
     @property
     def contract(self) -> AccuracyContract:

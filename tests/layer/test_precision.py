@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +21,12 @@ from rlcompile.layer.precision.contract import (
     split_samples,
     top1,
 )
+from rlcompile.layer.precision.evaluate import BudgetSpent, Evaluation, Evaluator
 from rlcompile.layer.precision.quantize import Quantizer
 from rlcompile.layer.precision.solvers import knapsack
+from rlcompile.layer.precision.space import Mode, PrecisionPlan, Unit
 from rlcompile.layer.selection import select_segments
-from rlcompile.measure import QUICK
+from rlcompile.measure import QUICK, LatencyStats
 from rlcompile.models import load_model
 from rlcompile.plan import load_plan, save_plan
 from rlcompile.saved import time_saved
@@ -46,8 +49,6 @@ def test_the_knapsack_is_exact_on_small_instances():
 def test_each_search_gets_a_share_of_the_time_and_passes_on_what_it_leaves():
     import time
 
-    from rlcompile.layer.precision.evaluate import Evaluator
-
     evaluator = Evaluator([], None, {}, None, None, [], 0.0, 0.01, 1, deadline=time.monotonic() + 40.0)
     evaluator.share_time(4)  # the first of four searches: a quarter of the 40 s
     assert 9.0 < evaluator.search_deadline - time.monotonic() <= 10.0 and not evaluator.spent
@@ -57,40 +58,38 @@ def test_each_search_gets_a_share_of_the_time_and_passes_on_what_it_leaves():
     assert 39.0 < evaluator.search_deadline - time.monotonic() <= 40.0 and not evaluator.spent
 
 
-class CountingEvaluator:
+@dataclass
+class CountingEvaluator(Evaluator):
     """A stand-in for a model whose metric counts wrong samples out of 32: one more for each 0.1 of the int8
     units' summed output deviation (so no unit alone changes it); each int8 unit saves 1 ms of 10."""
 
-    @staticmethod
-    def create(deviations: list[float], max_evaluations: int = 200):
-        from rlcompile.layer.precision.evaluate import BudgetSpent, Evaluation, Evaluator
-        from rlcompile.layer.precision.space import Unit
-        from rlcompile.measure import LatencyStats
+    deviations: tuple[float, ...] = ()
 
-        class Counting(Evaluator):
-            def __call__(self, plan):
-                if plan in self.cache:
-                    return self.cache[plan]
-                if self.spent:
-                    raise BudgetSpent
-                deviation = float(np.array(deviations)[list(plan.int8)].sum())
-                ms = 10.0 - len(plan.int8)
-                error = np.floor(deviation / 0.1 + 1e-9) / 32
-                latency = LatencyStats(ms, ms, ms, ms, ms, 0.0, 1, 0, (ms,))
-                evaluation = Evaluation(plan, error, error, deviation, latency, within=error <= self.tolerance)
-                self.cache[plan] = evaluation
-                self.visited.append(plan)
-                return evaluation
+    def __call__(self, plan: PrecisionPlan) -> Evaluation:
+        if plan in self.cache:
+            return self.cache[plan]
+        if self.spent:
+            raise BudgetSpent
+        deviation = float(np.array(self.deviations)[list(plan.int8)].sum())
+        ms = 10.0 - len(plan.int8)
+        error = np.floor(deviation / 0.1 + 1e-9) / 32
+        latency = LatencyStats(ms, ms, ms, ms, ms, 0.0, 1, 0, (ms,))
+        evaluation = Evaluation(plan, error, error, deviation, latency, within=error <= self.tolerance)
+        self.cache[plan] = evaluation
+        self.visited.append(plan)
+        return evaluation
 
-        units = [Unit(i, f"g{i}", (f"n{i}",), 1.0) for i in range(len(deviations))]
-        return Counting(units, None, {}, None, None, [], 0.0, 0.01, 1, max_evaluations=max_evaluations)
+
+def counting(deviations: list[float], max_evaluations: int = 200) -> CountingEvaluator:
+    units = [Unit(i, f"g{i}", (f"n{i}",), 1.0) for i in range(len(deviations))]
+    return CountingEvaluator(units, None, {}, None, None, [], 0.0, 0.01, 1, max_evaluations=max_evaluations,
+                             deviations=tuple(deviations))  # fmt: skip
 
 
 def test_the_proxy_bisects_on_output_deviation_when_a_counting_metric_does_not_add_up():
     from rlcompile.layer.precision.solvers import BISECTION_STEPS, proxy
-    from rlcompile.layer.precision.space import Mode
 
-    evaluator = CountingEvaluator.create([0.01, 0.02, 0.03, 0.04, 0.05, 0.06])
+    evaluator = counting([0.01, 0.02, 0.03, 0.04, 0.05, 0.06])
     found = proxy(evaluator, [Mode("openvino")], seed=0)
     assert found.best is not None and found.best.within
     assert found.best.deviation < 0.1 and len(found.best.plan.int8) >= 3  # e.g. 0.01 + 0.02 + 0.03 + 0.04 > 0.1
@@ -100,10 +99,9 @@ def test_the_proxy_bisects_on_output_deviation_when_a_counting_metric_does_not_a
 
 def test_greedy_keeps_what_its_ranking_found_when_the_budget_stops_it():
     from rlcompile.layer.precision.solvers import greedy
-    from rlcompile.layer.precision.space import Mode
 
     # all int8: 0.11 (one sample wrong); without the first unit 0.05, within; the budget ends two plans later
-    evaluator = CountingEvaluator.create([0.06, 0.01, 0.01, 0.01, 0.01, 0.01], max_evaluations=4)
+    evaluator = counting([0.06, 0.01, 0.01, 0.01, 0.01, 0.01], max_evaluations=4)
     found = greedy(evaluator, [Mode("openvino")], seed=0)
     assert found.notes["stopped"] == "budget spent"
     assert found.best is not None and found.best.plan.int8 == frozenset({1, 2, 3, 4, 5})

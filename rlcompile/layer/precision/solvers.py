@@ -134,7 +134,7 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         plans.append(PrecisionPlan(mode, frozenset(chosen)))
         notes |= {"mode": mode.label, "proxy_saving_ms": float(saving[chosen].sum())}
         if not evaluator(plans[-1]).within:
-            notes["bisected"] = bisect_deviation(evaluator, mode, saving, costs, alone, plans)
+            notes["bisected"] = bisect_deviation(evaluator, mode, saving, alone, plans)
     except BudgetSpent:
         notes["stopped"] = "budget spent"
     return SearchResult("proxy", evaluator.best(plans), len(evaluator.visited) - before, notes)
@@ -144,13 +144,13 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
 BISECTION_STEPS = 6
 
 
-def bisect_deviation(evaluator: Evaluator, mode: Mode, saving: np.ndarray, costs: np.ndarray,
-                     alone: list[Evaluation], plans: list[PrecisionPlan]) -> list[float]:  # fmt: skip
+def bisect_deviation(evaluator: Evaluator, mode: Mode, saving: np.ndarray, alone: list[Evaluation],
+                     plans: list[PrecisionPlan]) -> list[float]:  # fmt: skip
     """Knapsack optima on each group's output deviation, the limit bisected (geometrically) between one
     group's least deviation and the sum of all: raised after a plan within the tolerance, lowered after a
     miss. Groups that alone leave the tolerance or fail stay float. The limits tried, in order."""
-    deviation = np.array([e.deviation if e.failure is None and np.isfinite(e.deviation) else np.inf for e in alone])
-    deviation[costs > evaluator.tolerance] = np.inf
+    deviation = np.array([e.deviation if e.within and e.failure is None and np.isfinite(e.deviation) else np.inf
+                          for e in alone])  # fmt: skip
     finite = deviation[np.isfinite(deviation) & (deviation > 0)]
     if not finite.size:
         return []
