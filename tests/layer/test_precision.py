@@ -22,7 +22,7 @@ from rlcompile.layer.precision.contract import (
     top1,
 )
 from rlcompile.layer.precision.evaluate import BudgetSpent, Evaluation, Evaluator
-from rlcompile.layer.precision.quantize import Quantizer
+from rlcompile.layer.precision.quantize import Quantizer, placement_for
 from rlcompile.layer.precision.solvers import knapsack
 from rlcompile.layer.precision.space import Mode, PrecisionPlan, Unit
 from rlcompile.layer.selection import select_segments
@@ -203,7 +203,8 @@ def attention_like() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
-def test_only_weighted_conv_and_matmul_are_quantized(tmp_path: Path):
+@pytest.mark.parametrize(("runtime", "quantized"), [("ort", {"x", "h"}), ("openvino", {"x"})])
+def test_only_weighted_conv_and_matmul_are_quantized(tmp_path: Path, runtime: str, quantized: set[str]):
     from types import SimpleNamespace
 
     from rlcompile.layer.precision.space import precision_units
@@ -211,13 +212,65 @@ def test_only_weighted_conv_and_matmul_are_quantized(tmp_path: Path):
     proto = attention_like()
     groups = [SimpleNamespace(name="a", nodes=["project", "turn"]), SimpleNamespace(name="b", nodes=["scores", "relu"])]
     units = precision_units(proto, groups)
-    assert [(unit.group, unit.nodes, unit.macs) for unit in units] == [("a", ("project",), 4 * 8 * 8)]
+    assert [(unit.group, unit.nodes, unit.macs, unit.companions) for unit in units] == [
+        ("a", ("project",), 4 * 8 * 8, ())]  # fmt: skip
     feeds = [{"x": np.random.default_rng(i).standard_normal((4, 8)).astype(np.float32)} for i in range(4)]
-    every = Quantizer(proto, feeds, tmp_path).quantized([node for unit in units for node in unit.nodes])
-    # the weighted MatMul's input, weights and output, nothing of the attention MatMul's or the Relu's
-    assert {node.input[0] for node in every.graph.node if node.op_type == "QuantizeLinear"} == {"x", "h"}
+    every = Quantizer(proto, feeds, tmp_path).quantized([node for unit in units for node in unit.nodes],
+                                                        placement_for(runtime))  # fmt: skip
+    # the weighted MatMul's input and weights (and its output where ONNX Runtime's kernels want it), nothing of the
+    # attention MatMul's or the Relu's
+    assert {node.input[0] for node in every.graph.node if node.op_type == "QuantizeLinear"} == quantized
     assert {node.name for node in every.graph.node if node.op_type == "DequantizeLinear"} == {
-        "x_DequantizeLinear", "W_DequantizeLinear", "h_DequantizeLinear"}
+        f"{name}_DequantizeLinear" for name in quantized | {"W"}}
+
+
+def residual_block() -> tuple[onnx.ModelProto, list]:
+    """Conv -> Relu (group a), MaxPool (b), Conv -> Add of the pooled input -> Add of a bias (c)."""
+    from types import SimpleNamespace
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("W1", (4, 4, 3, 3)), ("W2", (4, 4, 3, 3)), ("B", (1, 4, 1, 1)))]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("MaxPool", ["r1"], ["p"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "W2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "p"], ["s"], name="residual"),
+             helper.make_node("Add", ["s", "B"], ["y"], name="bias")]  # fmt: skip
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4, 8, 8])  # noqa: E731
+    graph = helper.make_graph(nodes, "residual", [value("x")], [value("y")], weights)
+    groups = [SimpleNamespace(name="a", nodes=["conv1", "relu1"], outputs=["r1"]),
+              SimpleNamespace(name="b", nodes=["pool"], outputs=["p"]),
+              SimpleNamespace(name="c", nodes=["conv2", "residual", "bias"], outputs=["y"])]  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups
+
+
+@pytest.mark.parametrize(("runtime", "quantized", "float_ops"),
+                         [("ort", {"x", "r1", "p", "c2"}, ["Conv", "MaxPool", "Conv", "Add", "Add"]),
+                          ("openvino", {"x", "r1", "p", "c2"}, ["Conv", "Relu", "MaxPool", "Conv", "Add", "Add"])])
+def test_each_runtime_gets_its_placement(tmp_path: Path, runtime: str, quantized: set[str], float_ops: list[str]):
+    """ONNX Runtime: every convolution's output quantized, the Relu folded into its range, the pooling left in
+    float. OpenVINO: the convolutions' inputs alone, the max pooling in int8 (its input and output), the residual
+    Add's inputs (the second convolution's output); never the bias Add's, nor an Add's output."""
+    from rlcompile.layer.precision.space import precision_units
+
+    proto, groups = residual_block()
+    units = precision_units(proto, groups)
+    assert [(unit.group, unit.nodes, unit.companions) for unit in units] == [
+        ("a", ("conv1",), ("relu1", "pool")), ("c", ("conv2",), ("residual",))]  # fmt: skip
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(proto, feeds, tmp_path)
+    model = quantizer.quantized([name for unit in units for name in (*unit.nodes, *unit.companions)],
+                                placement_for(runtime))  # fmt: skip
+    assert {node.input[0] for node in model.graph.node if node.op_type == "QuantizeLinear"} == quantized
+    qdq = ("QuantizeLinear", "DequantizeLinear")
+    assert [node.op_type for node in model.graph.node if node.op_type not in qdq] == float_ops
+    other = "ort" if runtime == "openvino" else "openvino"
+    quantizer.calibration = []  # one calibration serves both placements
+    other_model = quantizer.quantized(["conv1"], placement_for(other))
+    assert any(node.op_type == "QuantizeLinear" for node in other_model.graph.node)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import onnx
 
 from rlcompile.errors import first_line
 from rlcompile.layer.precision.contract import Metric, MetricError, Samples, mean_error, relative_l2
-from rlcompile.layer.precision.quantize import Quantizer
+from rlcompile.layer.precision.quantize import Quantizer, placement_for
 from rlcompile.layer.precision.space import PrecisionPlan, Unit
 from rlcompile.measure import QUICK, LatencyStats, MeasureConfig, measure_latency
 from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
@@ -122,8 +122,9 @@ class Evaluator:
         return evaluation
 
     def model(self, plan: PrecisionPlan) -> onnx.ModelProto:
-        """The plan's ONNX model: the float model with its int8 units as QDQ nodes."""
-        return self.quantizer.quantized(node for index in plan.int8 for node in self.units[index].nodes)
+        """The plan's ONNX model: the float model with its int8 units as QDQ nodes, placed for its runtime."""
+        nodes = [node for index in plan.int8 for node in (*self.units[index].nodes, *self.units[index].companions)]
+        return self.quantizer.quantized(nodes, placement_for(plan.mode.runtime))
 
     def compile(self, plan: PrecisionPlan, exclusive: bool = True) -> Runner:
         options = RuntimeOptions(self.threads, exclusive=exclusive, precision=plan.mode.floats)

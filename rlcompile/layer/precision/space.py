@@ -10,11 +10,13 @@ A plan is one model run by one runtime, so it pays no library boundary:
   into the model as QDQ nodes (:mod:`rlcompile.layer.precision.quantize`), which both runtimes honour per node.
 
 The units of choice are the fusion groups that hold such an operator (:class:`Unit`); each carries its
-multiply-accumulate count, the additive proxy's estimate of what lowering it saves. Only those operators
-are quantized, not the group's element-wise and pooling nodes, and not a MatMul of two activations
-(attention's): OpenVINO runs ONNX Runtime's QDQ around every quantizable node of PaddleOCR's recogniser in
-1.72x the fp32 time and around its weighted Conv/MatMul/Gemm alone in 0.71x, with a third less output
-error (stop 62, Emerald Rapids), and on ResNet-18 and MobileNet-v2 the two placements time alike.
+multiply-accumulate count, the additive proxy's estimate of what lowering it saves. Those operators are
+quantized, not a MatMul of two activations (attention's), and of the group's other nodes only the few a
+runtime folds into its int8 kernels (a unit's *companions*: a Relu or Clip, a residual Add, a max pooling
+fed by the group; :mod:`rlcompile.layer.precision.quantize` says which runtime takes which). OpenVINO ran
+ONNX Runtime's QDQ around every quantizable node of PaddleOCR's recogniser in 1.72x the fp32 time, and
+around its weighted Conv/MatMul/Gemm alone in 0.71x, with a third less output error (stop 62, Emerald
+Rapids).
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ class Mode:
 @dataclass(frozen=True)
 class Unit:
     """A fusion group that can run in int8: its index among the groups, name, the ONNX nodes that are then
-    quantized (its weighted Conv/ConvTranspose/MatMul/Gemm) and their MACs."""
+    quantized (its weighted Conv/ConvTranspose/MatMul/Gemm) and their MACs, and the nodes a runtime may
+    quantize with them (:func:`companions`)."""
 
     index: int
     group: str
     nodes: tuple[str, ...]
     macs: float
+    companions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def modes(lowered: Iterable[str], created: Mapping[str, Runtime]) -> tuple[list[
 
 def precision_units(proto: onnx.ModelProto, groups) -> list[Unit]:
     """The fusion groups with a Conv, ConvTranspose, MatMul or Gemm whose weights are constant, with those
-    operators (the group's int8 anchors) and their multiply-accumulates."""
+    operators (the group's int8 anchors), their multiply-accumulates and the group's companions."""
     shapes = value_shapes(proto)
     constants = {tensor.name for tensor in proto.graph.initializer}
     constants |= {out for node in proto.graph.node if node.op_type == "Constant" for out in node.output}
@@ -97,8 +101,24 @@ def precision_units(proto: onnx.ModelProto, groups) -> list[Unit]:
         anchors = [by_name[name] for name in group.nodes if name in by_name and is_anchor(by_name[name], constants)]
         if anchors:
             macs = sum(node_macs(node, shapes) for node in anchors)
-            units.append(Unit(index, group.name, tuple(node.name for node in anchors), macs))
+            units.append(Unit(index, group.name, tuple(node.name for node in anchors), macs,
+                              companions(proto, group, constants)))  # fmt: skip
     return units
+
+
+def companions(proto: onnx.ModelProto, group, constants: set[str]) -> tuple[str, ...]:
+    """The group's Relu and Clip nodes, its residual Adds (every input an activation: an Add of a constant is
+    a bias, better left in float), and the max pooling nodes in it or reading its outputs."""
+    inside = set(group.nodes)
+    outputs = set(getattr(group, "outputs", ()))
+
+    def companion(node: onnx.NodeProto) -> bool:
+        if node.op_type == "MaxPool":
+            return node.name in inside or node.input[0] in outputs
+        residual = node.op_type == "Add" and not set(node.input) & constants
+        return node.name in inside and (node.op_type in ("Relu", "Clip") or residual)
+
+    return tuple(node.name for node in proto.graph.node if companion(node))
 
 
 def is_anchor(node: onnx.NodeProto, constants: set[str]) -> bool:
