@@ -46,6 +46,7 @@ from rlcompile.layer.precision.contract import (
     mean_error,
     sample_error,
     split_samples,
+    within_tolerance,
 )
 from rlcompile.machine import cpu_model, cpu_signature, host_cores
 from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, run_contest
@@ -207,7 +208,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
         outputs = [run_named(runner, samples.feeds(s)) for s in validation]
         error = mean_error(metric, samples, reference, outputs)
         rows.append({"plan": label, "error": error, "excess": error - fp32_error,
-                     "within": error - fp32_error <= args.tolerance + 1e-12})  # fmt: skip
+                     "within": within_tolerance(error - fp32_error, args.tolerance)})  # fmt: skip
     feeds = samples.feeds(validation[0])
     # each followed by its library's wind-down (an ONNX Runtime session run natively spins ~45 ms after a call, which
     # slowed whoever came next: ocr-cls's one-segment OpenVINO plan measured 1.07x OpenVINO native without it)

@@ -17,7 +17,14 @@ import numpy as np
 import onnx
 
 from rlcompile.errors import first_line
-from rlcompile.layer.precision.contract import Metric, MetricError, Samples, mean_error, relative_l2
+from rlcompile.layer.precision.contract import (
+    Metric,
+    MetricError,
+    Samples,
+    mean_error,
+    relative_l2,
+    within_tolerance,
+)
 from rlcompile.layer.precision.quantize import Quantizer, placement_for
 from rlcompile.layer.precision.space import PrecisionPlan, Unit
 from rlcompile.measure import QUICK, LatencyStats, MeasureConfig, measure_latency
@@ -109,7 +116,7 @@ class Evaluator:
             evaluation.error = mean_error(self.metric, self.samples, self.reference, outputs)
             evaluation.excess = evaluation.error - self.fp32_error
             evaluation.deviation = mean_error(relative_l2, self.samples, self.reference, outputs)
-            evaluation.within = evaluation.excess <= self.tolerance
+            evaluation.within = within_tolerance(evaluation.excess, self.tolerance)
             evaluation.latency = measure_latency(runner.timer(self.samples.feeds(self.samples.validation[0])),
                                                  self.timing)  # fmt: skip
         except MetricError:
