@@ -125,7 +125,10 @@ def nncf_model(proto, samples: Samples, metric, reference, tolerance: float, ite
     quantized = nncf.quantize_with_accuracy_control(
         model, calibration, validation, validation_fn=validate, max_drop=tolerance,
         drop_type=nncf.DropType.ABSOLUTE, subset_size=len(samples.calibration),
-        advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(max_num_iterations=iterations))
+        # one ranking worker: NNCF sizes its pool itself, each worker with models of its own, and its accuracy control
+        # on bert was killed for memory on the 24 GB VM (stop 58); the ranking is the same with one
+        advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(max_num_iterations=iterations,
+                                                                                 num_ranking_workers=1))
     return quantized, None
 
 

@@ -10,7 +10,7 @@ runtime runs, so it pays no library boundary.
 Where the QDQ pairs go depends on the runtime that runs the model (:data:`PLACEMENTS`), since each fuses
 them into its int8 kernels differently. Measured on a 2-core Emerald Rapids Xeon (VNNI, no AMX), OpenVINO,
 every weighted operator in int8, against ONNX Runtime's usual placement (each quantized operator's output
-quantized too): ResNet-18 0.93x its time, MobileNet-v2 0.75x, PaddleOCR's recogniser 0.76x with a third of
+quantized too): ResNet-18 0.87-0.92x its time, MobileNet-v2 0.74x, PaddleOCR's recogniser 0.75x with a third of
 its output error, when only the operators' inputs are quantized, as NNCF places them; ONNX Runtime's own
 kernels (QLinearConv) need the outputs quantized and ran the recogniser 1.9x slower without them.
 """
@@ -31,6 +31,8 @@ from rlcompile.machine import cpu_flags
 
 #: The operators whose int8 kernels make the speed (a group is a choice when it has one).
 QUANTIZED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: Per-channel QuantizeLinear/DequantizeLinear (their ``axis``) exist from this ONNX opset on.
+PER_CHANNEL_OPSET = 13
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,6 @@ CALIBRATED_OPS = frozenset().union(*(placement.op_types for placement in PLACEME
 def placement_for(runtime: str) -> Placement:
     """The placement ``runtime`` runs fastest (ONNX Runtime's for a runtime without one of its own)."""
     return PLACEMENTS.get(runtime, ORT_PLACEMENT)
-#: Per-channel QuantizeLinear/DequantizeLinear (their ``axis``) exist from this ONNX opset on.
-PER_CHANNEL_OPSET = 13
 
 
 def with_per_channel_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
