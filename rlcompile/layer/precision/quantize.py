@@ -10,7 +10,7 @@ runtime runs, so it pays no library boundary.
 Where the QDQ pairs go depends on the runtime that runs the model (:data:`PLACEMENTS`), since each fuses
 them into its int8 kernels differently. Measured on a 2-core Emerald Rapids Xeon (VNNI, no AMX), OpenVINO,
 every weighted operator in int8, against ONNX Runtime's usual placement (each quantized operator's output
-quantized too): ResNet-18 0.87-0.92x its time, MobileNet-v2 0.74x, PaddleOCR's recogniser 0.75x with a third of
+quantized too): ResNet-18 0.87-0.93x its time, MobileNet-v2 0.74x, PaddleOCR's recogniser 0.75x with a third of
 its output error, when only the operators' inputs are quantized, as NNCF places them; ONNX Runtime's own
 kernels (QLinearConv) need the outputs quantized and ran the recogniser 1.9x slower without them.
 """
