@@ -195,6 +195,9 @@ def test_int8_goes_where_asked_and_calibrates_once(tmp_path: Path):
     assert 0 < count(one) < count(every)
     assert quantizer.quantized([]) is grouped.proto
     onnx.checker.check_model(every)
+    assert len(list(tmp_path.glob("int8-*.onnx"))) == 2  # the plans' models wait on disk, not in memory
+    quantizer.close()
+    assert not list(tmp_path.glob("int8-*.onnx")) and quantizer.cache.is_file()
 
 
 def attention_like() -> onnx.ModelProto:

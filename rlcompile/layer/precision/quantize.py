@@ -125,7 +125,9 @@ class Quantizer:
         self.cache = self.work / "calibration.json"
         self.source = self.work / "float.onnx"
         onnx.save(self.proto, str(self.source))
-        self.models: dict[tuple[Placement, frozenset[str]], onnx.ModelProto] = {}
+        #: each quantized model's file in ``work``, until :meth:`close`: on disk, not in memory, since a search
+        #: visits tens of plans, each with its own copy of the weights (BERT-base's: over 100 MB)
+        self.models: dict[tuple[Placement, frozenset[str]], Path] = {}
         self.calibrated = False
 
     def quantized(self, nodes: Iterable[str], placement: Placement = ORT_PLACEMENT) -> onnx.ModelProto:
@@ -135,8 +137,10 @@ class Quantizer:
         if not key:
             return self.original
         if (placement, key) not in self.models:
-            self.models[placement, key] = self.quantize(sorted(key), placement)
-        return self.models[placement, key]
+            target = self.work / f"int8-{len(self.models)}.onnx"
+            self.quantize(sorted(key), placement, target)
+            self.models[placement, key] = target
+        return onnx.load(str(self.models[placement, key]))
 
     def calibrate(self) -> None:
         """The ranges of every tensor of :data:`CALIBRATED_OPS`'s nodes on the calibration samples, written to
@@ -151,12 +155,12 @@ class Quantizer:
             save_tensors_data(calibrator.compute_data(), self.cache)
         self.calibrated = True
 
-    def quantize(self, nodes: list[str], placement: Placement) -> onnx.ModelProto:
+    def quantize(self, nodes: list[str], placement: Placement, target: Path) -> None:
+        """Writes the model with ``nodes`` in int8, placed by ``placement``, to ``target``."""
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
         if self.refusal is not None:
             raise ModelError(self.refusal)
-        target = self.work / "int8.onnx"
         quiet = logging.getLogger().level
         logging.getLogger().setLevel(logging.ERROR)  # ORT's advice to pre-process goes to the root logger
         try:
@@ -171,8 +175,11 @@ class Quantizer:
             raise ModelError(f"ONNX Runtime's quantizer cannot quantize this model: {first_line(error)}") from None
         finally:
             logging.getLogger().setLevel(quiet)
-        return onnx.load(str(target))
 
     def close(self) -> None:
+        """Removes the quantized models (the calibration stays in ``work``)."""
+        for path in self.models.values():
+            path.unlink(missing_ok=True)
+        self.models.clear()
         if self.temporary is not None:
             self.temporary.cleanup()
