@@ -22,9 +22,17 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / {calls})
 """
 
 
-def sleeps_per_call(setup: str, calls: int = 100) -> float:
+def sleeps_per_call(setup: str, below: float, calls: int = 100, attempts: int = 2) -> float:
     """Voluntary context switches a call of ``call``, which the Python code ``setup`` defines (after 20 warm-up
-    calls), in a fresh interpreter with rlcompile's thread settings."""
-    done = subprocess.run([sys.executable, "-c", COUNT.format(setup=setup, calls=calls)], capture_output=True,
-                          text=True, check=True)  # fmt: skip
-    return float(done.stdout.strip().splitlines()[-1])
+    calls), in a fresh interpreter with rlcompile's thread settings: the fewest of up to ``attempts`` counts, the
+    first one ``below`` the limit ending them. Another process on a 2-core machine can only add sleeps (a worker
+    whose caller it descheduled spins out and sleeps), never take them away: the CI's full suite once counted
+    13.7 a call where the test alone counts under 2 (stop 63)."""
+    fewest = float("inf")
+    for _ in range(attempts):
+        done = subprocess.run([sys.executable, "-c", COUNT.format(setup=setup, calls=calls)], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        fewest = min(fewest, float(done.stdout.strip().splitlines()[-1]))
+        if fewest < below:
+            break
+    return fewest

@@ -133,7 +133,7 @@ model = load_model("lenet5")
 runner, inputs = model.compile(runtimes.create("torch"), RuntimeOptions(2)), model.random_inputs()
 call = lambda: runner.run(inputs)
 """
-    assert sleeps_per_call(setup) < 2
+    assert sleeps_per_call(setup, below=2) < 2
 
 
 def test_tvm_uses_this_cpu_and_all_cores() -> None:
