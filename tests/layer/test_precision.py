@@ -221,7 +221,8 @@ def test_only_weighted_conv_and_matmul_are_quantized(tmp_path: Path, runtime: st
     from rlcompile.layer.precision.space import precision_units
 
     proto = attention_like()
-    groups = [SimpleNamespace(name="a", nodes=["project", "turn"]), SimpleNamespace(name="b", nodes=["scores", "relu"])]
+    groups = [SimpleNamespace(name="a", nodes=["project", "turn"], outputs=["h", "ht"]),
+              SimpleNamespace(name="b", nodes=["scores", "relu"], outputs=["y"])]  # fmt: skip
     units = precision_units(proto, groups)
     assert [(unit.group, unit.nodes, unit.macs, unit.companions) for unit in units] == [
         ("a", ("project",), 4 * 8 * 8, ())]  # fmt: skip

@@ -96,29 +96,32 @@ def precision_units(proto: onnx.ModelProto, groups) -> list[Unit]:
     constants = {tensor.name for tensor in proto.graph.initializer}
     constants |= {out for node in proto.graph.node if node.op_type == "Constant" for out in node.output}
     by_name = {node.name: node for node in proto.graph.node}
+    pools: dict[str, list[str]] = {}  # a tensor's max pooling readers
+    for node in proto.graph.node:
+        if node.op_type == "MaxPool":
+            pools.setdefault(node.input[0], []).append(node.name)
     units = []
     for index, group in enumerate(groups):
         anchors = [by_name[name] for name in group.nodes if name in by_name and is_anchor(by_name[name], constants)]
         if anchors:
             macs = sum(node_macs(node, shapes) for node in anchors)
             units.append(Unit(index, group.name, tuple(node.name for node in anchors), macs,
-                              companions(proto, group, constants)))  # fmt: skip
+                              companions(group, by_name, constants, pools)))  # fmt: skip
     return units
 
 
-def companions(proto: onnx.ModelProto, group, constants: set[str]) -> tuple[str, ...]:
-    """The group's Relu and Clip nodes, its residual Adds (every input an activation: an Add of a constant is
-    a bias, better left in float), and the max pooling nodes in it or reading its outputs."""
-    inside = set(group.nodes)
-    outputs = set(getattr(group, "outputs", ()))
+def companions(group, by_name: Mapping[str, onnx.NodeProto], constants: set[str],
+               pools: Mapping[str, list[str]]) -> tuple[str, ...]:  # fmt: skip
+    """The group's Relu, Clip and max pooling nodes, its residual Adds (every input an activation: an Add of a
+    constant is a bias, better left in float), and the max pooling nodes that read its outputs (``pools``)."""
 
     def companion(node: onnx.NodeProto) -> bool:
-        if node.op_type == "MaxPool":
-            return node.name in inside or node.input[0] in outputs
         residual = node.op_type == "Add" and not set(node.input) & constants
-        return node.name in inside and (node.op_type in ("Relu", "Clip") or residual)
+        return node.op_type in ("Relu", "Clip", "MaxPool") or residual
 
-    return tuple(node.name for node in proto.graph.node if companion(node))
+    inside = [name for name in group.nodes if name in by_name and companion(by_name[name])]
+    readers = [name for output in group.outputs for name in pools.get(output, []) if name not in inside]
+    return tuple(inside + readers)
 
 
 def is_anchor(node: onnx.NodeProto, constants: set[str]) -> bool:
