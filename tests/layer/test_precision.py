@@ -108,6 +108,22 @@ def test_greedy_keeps_what_its_ranking_found_when_the_budget_stops_it():
     assert found.best is not None and found.best.plan.int8 == frozenset({1, 2, 3, 4, 5})
 
 
+def test_qlearning_starts_from_what_the_searches_before_it_measured_and_searches_on_alone():
+    from rlcompile.layer.precision.solvers import proxy, qlearning
+
+    deviations = [0.002, 0.004, 0.006, 0.008, 0.01, 0.012, 0.015, 0.02, 0.03, 0.05, 0.08, 0.12]
+    shared = counting(deviations, max_evaluations=60)
+    found = proxy(shared, [Mode("openvino")], seed=0)  # the additive optimum: 7 groups, deviations summing < 0.1
+    learned = qlearning(shared, [Mode("openvino")], seed=0)
+    assert learned.notes["started_from"] == found.best.plan.label(12)
+    assert learned.best is not None and learned.best.ms <= found.best.ms and learned.best.within
+
+    alone = counting(deviations, max_evaluations=25)  # no experience: episodes from epsilon 1, on a small budget
+    learned = qlearning(alone, [Mode("openvino")], seed=0)
+    assert learned.best is not None and learned.best.within and len(learned.best.plan.int8) >= 3
+    assert learned.evaluations == len(alone.visited) <= 25
+
+
 def test_metrics_compare_with_fp32_or_with_labels():
     reference = [np.array([[0.1, 0.9, 0.0]])]
     assert relative_l2({}, reference, reference) == 0.0

