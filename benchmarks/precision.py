@@ -18,8 +18,9 @@ Per model, in one process, alternating (``run_contest``, twin ONNX Runtime sessi
 
 Data: ``ocr-rec`` reads rendered text lines (error: share of lines decoded wrong, truth = the rendered
 text), ``ocr-cls`` classifies lines turned 0/180 degrees (top-1 against the truth), ``lenet-digits`` is
-LeNet-5 trained here on scikit-learn's digits, scored top-1 on digits it never saw; the zoo models have
-random weights and random inputs, so only output agreement (relative L2 to fp32) is measured. Every
+LeNet-5 trained here on scikit-learn's digits, scored top-1 on digits it never saw, ``ocr-det`` finds the
+lines on rendered pages (error: one minus the F1 of the lines found, truth = where they were drawn); the zoo
+models have random weights and random inputs, so only output agreement (relative L2 to fp32) is measured. Every
 error is measured on the held-out half of the samples. Writes ``precision.json`` (merged across runs by
 model) and ``precision.png`` (latency against error, every plan measured).
 """
@@ -55,7 +56,8 @@ from rlcompile.models.onnx_model import random_tensor
 
 console = Console(width=200)
 TASKS = {"ocr-rec": ("rlcompile.models.tasks:text_error", "ocr_rec_samples"),
-         "ocr-cls": ("top1", "ocr_cls_samples"), "lenet-digits": ("top1", "lenet_digits")}  # fmt: skip
+         "ocr-cls": ("top1", "ocr_cls_samples"), "lenet-digits": ("top1", "lenet_digits"),
+         "ocr-det": ("rlcompile.models.tasks:detection_error", "ocr_det_samples")}  # fmt: skip
 #: Tasks whose model the project trains (written next to the samples, under OUT/NAME)
 TRAINED = ("lenet-digits",)
 TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=1.0)

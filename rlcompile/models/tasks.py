@@ -6,6 +6,9 @@
   truth: :func:`text_error`, i.e. ``--metric rlcompile.models.tasks:text_error``.
 - **ocr-cls**: PaddleOCR's direction classifier on such lines, half of them turned 180 degrees; the
   label is the truth (0: upright, 1: turned) and the metric ``top1``.
+- **ocr-det**: PaddleOCR's text detector (DBNet) on 320x320 pages with 2-4 such lines at random places and
+  sizes; the truth is each line's box (``boxes``: x0, y0, x1, y1, padded with -1), the error one minus the F1
+  of the lines found (:func:`detection_error`, ``--metric rlcompile.models.tasks:detection_error``).
 - **lenet-digits**: the zoo's LeNet-5 trained here on scikit-learn's handwritten digits (bundled with it;
   8x8 images scaled to 32x32); the samples are digits it was not trained on, with their true ``label``:
   ``--metric top1``. Writes the trained model next to them (``DIR/lenet-digits.onnx``).
@@ -33,7 +36,13 @@ DEBIAN_FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 #: What the rendered lines are made of: lower-case words and numbers, as on labels and documents; the glyphs a
 #: reader cannot tell apart in this font without context (l/1/I, o/0/O) are left out, so the truth is readable.
 ALPHABET = "".join(c for c in string.ascii_lowercase + string.digits if c not in "lo01")
-SHAPES = {"ocr-rec": (3, 48, 320), "ocr-cls": (3, 48, 192)}
+SHAPES = {"ocr-rec": (3, 48, 320), "ocr-cls": (3, 48, 192), "ocr-det": (3, 320, 320)}
+#: Lines on a detector page, and the most a page has (``boxes`` is padded to it).
+PAGE_LINES = (2, 4)
+#: PaddleOCR's DB post-processing threshold on the probability map, and the least area (pixels) of a region.
+DB_THRESHOLD, MIN_REGION = 0.3, 10
+#: The normalisation PaddleOCR's detector was trained with (ImageNet's mean and standard deviation).
+DET_MEAN, DET_STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
 
 
 def font_path() -> Path:
@@ -102,6 +111,60 @@ def ocr_cls_samples(count: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {"x": inputs, "label": labels}
 
 
+def detector_page(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A white 320x320 page with 2-4 rendered lines (16-32 px high) placed without overlap, and their boxes."""
+    height, width = SHAPES["ocr-det"][1:]
+    page = np.full((height, width, 3), 255, np.uint8)
+    boxes = np.full((PAGE_LINES[1], 4), -1, np.int32)
+    placed, top = 0, int(rng.integers(4, 24))
+    for _ in range(int(rng.integers(PAGE_LINES[0], PAGE_LINES[1] + 1))):
+        line = render(random_line(rng), int(rng.integers(16, 33)))[:, :width - 8]
+        if top + line.shape[0] > height - 4:
+            break
+        left = int(rng.integers(4, width - line.shape[1] - 3))
+        page[top:top + line.shape[0], left:left + line.shape[1]] = line
+        boxes[placed] = (left, top, left + line.shape[1], top + line.shape[0])
+        placed, top = placed + 1, top + line.shape[0] + int(rng.integers(8, 40))
+    return page, boxes
+
+
+def ocr_det_samples(count: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``count`` pages as the detector's inputs ``x`` (PaddleOCR's normalisation, CHW) with the lines' ``boxes``."""
+    rng = np.random.default_rng(seed)
+    pages, boxes = zip(*(detector_page(rng) for _ in range(count)), strict=True)
+    inputs = np.stack([((page / 255.0 - DET_MEAN) / DET_STD).astype(np.float32).transpose(2, 0, 1)[None]
+                       for page in pages])  # fmt: skip
+    return {"x": inputs, "boxes": np.stack(boxes)}
+
+
+def detected_regions(probability: np.ndarray) -> list[tuple[float, float]]:
+    """The centres (x, y) of the connected regions where the detector's probability map passes
+    :data:`DB_THRESHOLD` (at least :data:`MIN_REGION` pixels): the text regions DB's post-processing expands."""
+    from scipy import ndimage
+
+    mask = np.asarray(probability).reshape(np.asarray(probability).shape[-2:]) > DB_THRESHOLD
+    labels, count = ndimage.label(mask)
+    sizes = ndimage.sum(mask, labels, range(1, count + 1))
+    centres = ndimage.center_of_mass(mask, labels, range(1, count + 1))
+    return [(float(x), float(y)) for (y, x), size in zip(centres, sizes, strict=True) if size >= MIN_REGION]
+
+
+def detection_error(sample: Mapping[str, np.ndarray], fp32: Sequence[np.ndarray],
+                    outputs: Sequence[np.ndarray]) -> float:  # fmt: skip
+    """One minus the F1 of the page's lines: a line is found when a detected region's centre lies in its box
+    (one region per line; a second one in the same box, or one in no box, is a false detection)."""
+    boxes = [box for box in np.asarray(sample["boxes"]).reshape(-1, 4) if box[0] >= 0]
+    found, false = set(), 0
+    for x, y in detected_regions(outputs[0]):
+        inside = [i for i, (x0, y0, x1, y1) in enumerate(boxes) if x0 <= x <= x1 and y0 <= y <= y1]
+        if inside and inside[0] not in found:
+            found.add(inside[0])
+        else:
+            false += 1
+    missed = len(boxes) - len(found)
+    return 1.0 - 2 * len(found) / (2 * len(found) + false + missed) if boxes or false else 0.0
+
+
 @functools.cache
 def characters() -> tuple[str, ...]:
     """The recogniser's classes: CTC blank, its character list (model metadata), and the space."""
@@ -159,7 +222,7 @@ def lenet_digits(directory: Path, count: int, seed: int = 0, epochs: int = 30) -
     return {"input": images[held], "label": digits.target[held].astype(np.int64)}
 
 
-WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples}
+WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples, "ocr-det": ocr_det_samples}
 TRAINED = {"lenet-digits": lenet_digits}
 
 
