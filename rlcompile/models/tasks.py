@@ -142,7 +142,8 @@ def detected_regions(probability: np.ndarray) -> list[tuple[float, float]]:
     :data:`DB_THRESHOLD` (at least :data:`MIN_REGION` pixels): the text regions DB's post-processing expands."""
     from scipy import ndimage
 
-    mask = np.asarray(probability).reshape(np.asarray(probability).shape[-2:]) > DB_THRESHOLD
+    probability = np.asarray(probability)
+    mask = probability.reshape(probability.shape[-2:]) > DB_THRESHOLD
     labels, count = ndimage.label(mask)
     sizes = ndimage.sum(mask, labels, range(1, count + 1))
     centres = ndimage.center_of_mass(mask, labels, range(1, count + 1))

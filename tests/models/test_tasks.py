@@ -9,10 +9,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from rlcompile.errors import ModelError, RlcompileError
+from rlcompile.errors import RlcompileError
 from rlcompile.layer.precision.contract import top1
-from rlcompile.models.packaged import packaged_path
 from rlcompile.models.tasks import detection_error, lenet_digits, main, ocr_det_samples
+from tests.shipped import shipped_model
 
 
 def test_lenet_trained_on_digits_reads_the_held_out_ones_it_writes(tmp_path: Path) -> None:
@@ -32,10 +32,7 @@ def test_a_count_the_digits_cannot_hold_out_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_detector_finds_the_lines_drawn_on_a_page_and_a_blank_map_finds_none() -> None:
-    try:
-        path = packaged_path("ocr-det")
-    except ModelError as error:
-        pytest.skip(str(error))
+    path = shipped_model("ocr-det")
     pages = ocr_det_samples(6, seed=1)
     assert pages["x"].shape == (6, 1, 3, 320, 320) and pages["boxes"].shape == (6, 4, 4)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

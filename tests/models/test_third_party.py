@@ -11,18 +11,11 @@ from pathlib import Path
 import pytest
 
 from rlcompile import runtimes
-from rlcompile.errors import DynamicShapeError, ModelError
+from rlcompile.errors import DynamicShapeError
 from rlcompile.models import load_model, tables_home
-from rlcompile.models.packaged import packaged_path
 from rlcompile.models.zoo import cache_dir
 from rlcompile.verify import compare_outputs
-
-
-def shipped_model(name: str) -> Path:
-    try:
-        return packaged_path(name)
-    except ModelError as error:
-        pytest.skip(str(error))
+from tests.shipped import shipped_model
 
 
 def test_foreign_dynamic_model_needs_input_shape() -> None:
