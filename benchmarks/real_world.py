@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -118,16 +120,17 @@ def try_command(model: list[str], command: str, out: Path, arguments: list[str])
     argv = ["rlcompile", command, model[0], *arguments, *model[1:]]
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    started, ticks, children = time.monotonic(), cpu_ticks(), children_cpu_s()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         status, output = done.returncode, (done.stdout + done.stderr)
     except subprocess.TimeoutExpired:
         status, output = None, f"timed out after {TIMEOUT_S} s"
+    load = machine_load(ticks, cpu_ticks(), children_cpu_s() - children)
     lines = [line for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("rlcompile: error:")]
     row = {"argv": argv, "status": status, "seconds": time.monotonic() - started, "traceback": "Traceback" in output,
-           "last_line": (errors or lines or [""])[-1][:300]}  # fmt: skip
+           "last_line": (errors or lines or [""])[-1][:300], "machine": load}  # fmt: skip
     if command == "optimize" and (out / "optimize.json").exists():
         optimize = json.loads((out / "optimize.json").read_text())["optimize"]
         latency = optimize["latency"]
@@ -137,6 +140,38 @@ def try_command(model: list[str], command: str, out: Path, arguments: list[str])
     if command == "select":
         row |= select_predictions(out / "plan" / "manifest.json")
     return row
+
+
+def cpu_ticks() -> tuple[int, int, int] | None:
+    """This machine's CPU time so far, all CPUs together, in clock ticks: (stolen by the hypervisor, busy, in all)
+    from ``/proc/stat`` (``None`` where there is none)."""
+    try:
+        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]  # idle, iowait
+    steal = fields[7] if len(fields) > 7 else 0
+    total = sum(fields[:8])
+    return steal, total - idle - steal, total
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def machine_load(before: tuple[int, int, int] | None, after: tuple[int, int, int] | None,
+                 command_cpu_s: float) -> dict | None:  # fmt: skip
+    """What else used the machine while a command ran: ``steal``, the share of the CPUs' time the hypervisor gave
+    other guests, and ``others``, the share busy with processes other than the command (its CPU time taken from the
+    machine's busy time). A measurement taken while either is more than a few percent shares its cores."""
+    if before is None or after is None or after[2] <= before[2]:
+        return None
+    total = after[2] - before[2]
+    hertz = os.sysconf("SC_CLK_TCK")
+    others = (after[1] - before[1]) - command_cpu_s * hertz
+    return {"steal": (after[0] - before[0]) / total, "others": max(others, 0.0) / total}
 
 
 def select_predictions(manifest: Path) -> dict:
@@ -308,7 +343,8 @@ def markdown_summary(saved: dict) -> str:
     commands = [command for command in COMMANDS if any(key.endswith(f"/{command}") for key in saved)]
     models = list(dict.fromkeys(key.rsplit("/", 1)[0] for key in saved))
     lines = ["| model | " + " | ".join(commands) + " | optimize x faster native | noise | rounds | select: plans "
-             f"predicted within {PREDICTION_BAND:.0%} | worst measured/predicted |", "|---" * (len(commands) + 6) + "|"]
+             f"predicted within {PREDICTION_BAND:.0%} | worst measured/predicted | machine during select: stolen, "
+             "others |", "|---" * (len(commands) + 7) + "|"]
     for model in models:
         cells = []
         for command in commands:
@@ -324,7 +360,7 @@ def markdown_summary(saved: dict) -> str:
         within, priced, worst = predicted((saved.get(f"{model}/select") or {}).get("plans"))
         prediction = f"{within}/{priced} | {worst:.2f}" if worst is not None else " | "
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} | "
-                     f"{prediction} |")  # fmt: skip
+                     f"{prediction} | {load_cell(select.get('machine'))} |")  # fmt: skip
     plans = [row.get("plans") for key, row in saved.items() if key.endswith("/select")]
     tally = {kind: [predicted(one, probed, single, by_round, whole) for one in plans]
              for kind, probed, single, by_round, whole in
@@ -348,6 +384,11 @@ def markdown_summary(saved: dict) -> str:
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]
     return "\n".join(lines) + "\n"
+
+
+def load_cell(load: dict | None) -> str:
+    """:func:`machine_load` as two percentages (empty where it was not recorded)."""
+    return f"{100 * load['steal']:.1f}%, {100 * load['others']:.1f}%" if load else ""
 
 
 def outcome(row: dict) -> str:
