@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import resource
 import shutil
 import subprocess
@@ -36,6 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlcompile import atomic
+from rlcompile.measure.load import cpu_ticks, machine_load
 from rlcompile.models import corpus
 from rlcompile.models.packaged import PACKAGED, packaged_path
 
@@ -120,17 +120,17 @@ def try_command(model: list[str], command: str, out: Path, arguments: list[str])
     argv = ["rlcompile", command, model[0], *arguments, *model[1:]]
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    started, ticks, children = time.monotonic(), cpu_ticks(), children_cpu_s()
+    started, ticks = time.monotonic(), cpu_ticks(children_cpu_s())
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         status, output = done.returncode, (done.stdout + done.stderr)
     except subprocess.TimeoutExpired:
         status, output = None, f"timed out after {TIMEOUT_S} s"
-    load = machine_load(ticks, cpu_ticks(), children_cpu_s() - children)
+    load = machine_load(ticks, cpu_ticks(children_cpu_s()))
     lines = [line for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("rlcompile: error:")]
     row = {"argv": argv, "status": status, "seconds": time.monotonic() - started, "traceback": "Traceback" in output,
-           "last_line": (errors or lines or [""])[-1][:300], "machine": load}  # fmt: skip
+           "last_line": (errors or lines or [""])[-1][:300], "machine": load.to_dict() if load else None}  # fmt: skip
     if command == "optimize" and (out / "optimize.json").exists():
         optimize = json.loads((out / "optimize.json").read_text())["optimize"]
         latency = optimize["latency"]
@@ -142,36 +142,11 @@ def try_command(model: list[str], command: str, out: Path, arguments: list[str])
     return row
 
 
-def cpu_ticks() -> tuple[int, int, int] | None:
-    """This machine's CPU time so far, all CPUs together, in clock ticks: (stolen by the hypervisor, busy, in all)
-    from ``/proc/stat`` (``None`` where there is none)."""
-    try:
-        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + fields[4]  # idle, iowait
-    steal = fields[7] if len(fields) > 7 else 0
-    total = sum(fields[:8])
-    return steal, total - idle - steal, total
-
-
 def children_cpu_s() -> float:
-    """CPU seconds (user + system) of this process's finished children."""
+    """CPU seconds (user + system) of this process's finished children: the command a row measures the machine's
+    load around (:func:`~rlcompile.measure.load.machine_load`: what else used the machine while it ran)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def machine_load(before: tuple[int, int, int] | None, after: tuple[int, int, int] | None,
-                 command_cpu_s: float) -> dict | None:  # fmt: skip
-    """What else used the machine while a command ran: ``steal``, the share of the CPUs' time the hypervisor gave
-    other guests, and ``others``, the share busy with processes other than the command (its CPU time taken from the
-    machine's busy time). A measurement taken while either is more than a few percent shares its cores."""
-    if before is None or after is None or after[2] <= before[2]:
-        return None
-    total = after[2] - before[2]
-    hertz = os.sysconf("SC_CLK_TCK")
-    others = (after[1] - before[1]) - command_cpu_s * hertz
-    return {"steal": (after[0] - before[0]) / total, "others": max(others, 0.0) / total}
 
 
 def select_predictions(manifest: Path) -> dict:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from rich.table import Table
 from rlcompile import atomic, runtimes
 from rlcompile.errors import RlcompileError
 from rlcompile.machine import environment
+from rlcompile.measure import MeasureConfig, measure_latency
 from rlcompile.models import corpus, load_model
 from rlcompile.runtimes import RuntimeOptions
 
@@ -61,13 +61,9 @@ def take_share(cpu: int, share: float, seconds: float) -> None:
 
 
 def median_ms(call: Callable[[], object], calls: int) -> float:
-    call()
-    times = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times)
+    """The median of ``calls`` timed calls after one warm call."""
+    config = MeasureConfig(warmup=1, min_repeats=calls, min_time_s=0.0, max_repeats=calls)
+    return measure_latency(call, config).median_ms
 
 
 def native_timers(model_name: str, libraries: list[str], threads: int) -> dict[str, Callable[[], object]]:

@@ -201,8 +201,11 @@ def run_saved(args: argparse.Namespace) -> int:
         stdout.print(f"ONNX Runtime native: median {native.median_ms:.3f} ms (p90 {native.p90_ms:.3f} ms), "
                      f"timed in the same rounds; two identical sessions of it differ by {measured.noise:.1%}: the "
                      "noise every ratio above carries", highlight=False)  # fmt: skip
+    if measured.load is not None and measured.load.noticeable:
+        stdout.print(f"meanwhile {measured.load.describe()}", highlight=False)
     write_json(args.json, {"results": [timing.to_dict() for timing in timings],
-                           "ort_native": native.to_dict() if native else None, "noise": measured.noise})  # fmt: skip
+                           "ort_native": native.to_dict() if native else None, "noise": measured.noise,
+                           "machine_load": measured.load.to_dict() if measured.load else None})  # fmt: skip
     return 0 if all(timing.ok for timing in timings) else 1
 
 
@@ -389,6 +392,8 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
         line = f"timing noise of this run: two identical sessions of one library differ by up to {noise:.1f}%"
         if selection.calibration_noise is not None:
             line += f" ({100 * selection.calibration_noise:.1f}% when the table was calibrated)"
+        if selection.load is not None and selection.load.noticeable:
+            line += f"; during the final contest {selection.load.describe()}"
         stdout.print(line)
     output = args.output or Path(f"{model.name}.plan")
     save_plan(selection, output, args.tuning_db)

@@ -7,6 +7,7 @@ carries one human line, ``text``; the subclasses add what a program needs to act
 * :class:`Phase`: a named phase begins (``prepare``, ``measure``, ``profile``, ``solve``, ``search``...);
 * :class:`Step`: countable work advanced (``done`` of ``total`` ``unit``), drawn as a progress bar;
 * :class:`Decision`: a measured decision (``kept``, with the ``gain`` and the ``noise`` it was judged on);
+* :class:`Noise`: how far a contest's twins stayed apart, and what else used the machine meanwhile;
 * :class:`Reuse`: finished work found and reused or resumed (``done`` of ``total`` when partial).
 """
 
@@ -52,6 +53,18 @@ class Decision(Event):
     kept: bool = False
     gain: float | None = None
     noise: float | None = None
+
+
+@dataclass(frozen=True)
+class Noise(Event):
+    """How far a contest's identical twins stayed apart after ``rounds``, and what else used the machine meanwhile:
+    the shares of the CPUs' time the hypervisor gave other guests (``steal``) and other programs used (``others``),
+    ``None`` where the machine does not say."""
+
+    noise: float = 0.0
+    rounds: int = 0
+    steal: float | None = None
+    others: float | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from rlcompile.errors import RlcompileError
 from rlcompile.events import Listener, Phase, ignore
 from rlcompile.layer.precision.contract import VALIDATION, Recheck, recheck
 from rlcompile.machine import host_cores
-from rlcompile.measure import REPORT_ROUNDS, Contender, LatencyStats, MeasureConfig, run_contest
+from rlcompile.measure import REPORT_ROUNDS, Contender, LatencyStats, MachineLoad, MeasureConfig, run_contest
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.verify import Agreement, compare_outputs
 
@@ -101,12 +101,14 @@ class SavedTiming:
 @dataclass
 class Timings:
     """What :func:`time_saved` measured: each saved result, ORT native on the original model (``None`` when the
-    model is not at hand) and how far two identical ORT native sessions were apart in the same rounds (the noise
-    every ratio here carries; ``None`` without the model)."""
+    model is not at hand), how far two identical ORT native sessions were apart in the same rounds (the noise
+    every ratio here carries; ``None`` without the model) and what else used the machine meanwhile."""
 
     saved: list[SavedTiming]
     native: LatencyStats | None
     noise: float | None
+    #: what else used the machine while they were timed
+    load: MachineLoad | None = None
 
 
 def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
@@ -150,7 +152,7 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
                            latency.median_ms / native.median_ms if native else None, agreement, recheck)
                for path, item, latency, agreement, recheck in zip(paths, saved, stats, agreements, rechecks,
                                                                    strict=True)]  # fmt: skip
-    return Timings(timings, native, standings.noise if original is not None else None)
+    return Timings(timings, native, standings.noise if original is not None else None, standings.load)
 
 
 def accuracy_recheck(item) -> Recheck | None:

@@ -25,7 +25,7 @@ import onnx
 
 from rlcompile import runtimes
 from rlcompile.errors import ModelError, RlcompileError, first_line
-from rlcompile.events import Event, Listener, Phase, Reuse, ignore
+from rlcompile.events import Event, Listener, Noise, Phase, Reuse, ignore
 from rlcompile.layer import solvers
 from rlcompile.layer.fit import apply_fit, fit_plans
 from rlcompile.layer.group_table import (
@@ -58,6 +58,7 @@ from rlcompile.measure import (
     Contender,
     KeepRule,
     LatencyStats,
+    MachineLoad,
     MeasureConfig,
     Settle,
     Standings,
@@ -228,6 +229,8 @@ class Selection:
     #: what the final contest measured of them, and their block median in each of its rounds
     plan_twins: dict[str, LatencyStats] = field(default_factory=dict)
     plan_twin_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
+    #: what else used the machine while the final contest ran
+    load: MachineLoad | None = None
 
     def reference_outputs(self) -> list[np.ndarray]:
         """:attr:`reference`, computed on first use when the selection was made without it."""
@@ -245,6 +248,7 @@ class Selection:
         self.plan_twins = {name: final[name] for name in twins}
         self.plan_twin_round_ms = {name: final.round_ms.get(name, {}) for name in twins}
         self.rounds = final.rounds
+        self.load = final.load
         self.chosen = pick(self.candidates, noise=self.noise)
 
     @property
@@ -379,6 +383,7 @@ class Selection:
             "noise": self.noise,
             "calibration_noise": self.calibration_noise,
             "rounds": self.rounds,
+            "machine_load": self.load.to_dict() if self.load else None,
             "drift": self.drift,
             "drift_by_library": self.drifts.to_dict(),
             "expected_ms": {", ".join(c.labels): self.expected_ms(c) for c in self.candidates},
@@ -920,14 +925,18 @@ def segment_shares(clock: Sequence[Sequence[float]], plan_ms: float) -> list[flo
 
 def report_noise(standings: Standings, progress: Listener) -> None:
     """Say how many rounds the contest took and how far its twins stayed apart; beyond
-    :data:`~rlcompile.measure.NOISY`, that gains below that spread cannot be judged on this machine now."""
+    :data:`~rlcompile.measure.NOISY`, that gains below that spread cannot be judged on this machine now; and, when
+    it was noticeable, what else used the machine meanwhile (:class:`~rlcompile.measure.load.MachineLoad`)."""
     if standings.noise is None:
         return
-    spread = f"identical sessions differ by {100 * standings.noise:.1f}% after {standings.rounds} rounds"
+    text = f"identical sessions differ by {100 * standings.noise:.1f}% after {standings.rounds} rounds"
     if standings.noise > NOISY:
-        progress(Event("layer", f"{spread}: the machine is too noisy now to judge gains below that"))
-    else:
-        progress(Event("layer", spread))
+        text += ": the machine is too noisy now to judge gains below that"
+    load = standings.load
+    if load is not None and load.noticeable:
+        text += f" (meanwhile {load.describe()})"
+    progress(Noise("layer", text, noise=standings.noise, rounds=standings.rounds,
+                   steal=load.steal if load else None, others=load.others if load else None))  # fmt: skip
 
 
 def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, natives: Collection[str]) -> str | None:

@@ -19,6 +19,7 @@ from rlcompile.measure.contest import (
     spread_over,
     time_in_turns,
 )
+from rlcompile.measure.load import MachineLoad, cpu_ticks, machine_load
 from rlcompile.measure.timing import (
     DEFAULT,
     QUICK,
@@ -42,11 +43,14 @@ __all__ = [
     "Contender",
     "KeepRule",
     "LatencyStats",
+    "MachineLoad",
     "MeasureConfig",
     "Settle",
     "Standings",
     "Timer",
     "contest",
+    "cpu_ticks",
+    "machine_load",
     "measure_after",
     "measure_latency",
     "run_contest",

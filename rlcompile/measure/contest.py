@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rlcompile.measure.load import MachineLoad, cpu_ticks, machine_load
 from rlcompile.measure.timing import DEFAULT, LatencyStats, MeasureConfig, measure_latency, summarize
 
 #: Rounds for a decision (graph judge, layer selection, calibration): enough turns that a slow spell of a
@@ -158,6 +159,8 @@ class Standings:
     rounds: int = 0
     #: each contender's block median by round number: what it ran at in the machine's state of that round
     round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
+    #: what else used the machine while the contest ran (``None`` where that cannot be read)
+    load: MachineLoad | None = None
 
     def __getitem__(self, label: str) -> LatencyStats:
         return self.stats[label]
@@ -307,11 +310,13 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
     """Time ``contenders`` in turns for ``rounds`` rounds (each block ``timing``); the standings.
 
     With ``settle``, further batches of ``rounds`` rounds follow while the twins differ by more than its
-    target (:class:`Settle`); every sample of every batch is pooled.
+    target (:class:`Settle`); every sample of every batch is pooled. The standings also say what else used the
+    machine meanwhile (:attr:`Standings.load`).
     """
     labels = [contender.label for contender in contenders]
     if len(set(labels)) != len(labels):
         raise ValueError(f"contender labels must be unique: {labels}")
+    started = cpu_ticks()
     calls = [contender.call for contender in contenders]
     pauses = [contender.wind_down_s for contender in contenders]
     samples: list[list[float]] = [[] for _ in calls]
@@ -333,7 +338,7 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
             turns[index] = seconds
         batches, done = batches + 1, done + rounds
         standings = tally(contenders, samples, done, blocks)
-    return standings
+    return replace(standings, load=machine_load(started, cpu_ticks()))
 
 
 def settling_batch(contenders: Sequence[Contender], standings: Standings, settle: Settle, batches: int,
