@@ -21,7 +21,8 @@ from rich.console import Console
 
 from rlcompile import __version__
 from rlcompile.errors import RlcompileError, RlcompileWarning, check_choice
-from rlcompile.measure import QUICK, MeasureConfig
+from rlcompile.measure import QUICK, MachineLoad, MeasureConfig
+from rlcompile.measure.load import load_words
 from rlcompile.names import (
     DEFAULT_LAYOUT,
     DEFAULT_RUNTIMES,
@@ -200,9 +201,7 @@ def run_saved(args: argparse.Namespace) -> int:
     else:
         stdout.print(f"ONNX Runtime native: median {native.median_ms:.3f} ms (p90 {native.p90_ms:.3f} ms), "
                      f"timed in the same rounds; two identical sessions of it differ by {measured.noise:.1%}: the "
-                     "noise every ratio above carries", highlight=False)  # fmt: skip
-    if measured.load is not None and measured.load.noticeable:
-        stdout.print(f"meanwhile {measured.load.describe()}", highlight=False)
+                     f"noise every ratio above carries{load_words(measured.load)}", highlight=False)  # fmt: skip
     write_json(args.json, {"results": [timing.to_dict() for timing in timings],
                            "ort_native": native.to_dict() if native else None, "noise": measured.noise,
                            "machine_load": measured.load.to_dict() if measured.load else None})  # fmt: skip
@@ -392,8 +391,7 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
         line = f"timing noise of this run: two identical sessions of one library differ by up to {noise:.1f}%"
         if selection.calibration_noise is not None:
             line += f" ({100 * selection.calibration_noise:.1f}% when the table was calibrated)"
-        if selection.load is not None and selection.load.noticeable:
-            line += f"; during the final contest {selection.load.describe()}"
+        line += load_words(selection.load, "during the final contest")
         stdout.print(line)
     output = args.output or Path(f"{model.name}.plan")
     save_plan(selection, output, args.tuning_db)
@@ -517,6 +515,7 @@ def command_optimize(args: argparse.Namespace) -> int:
                f"({latency.original_ms:.3f} -> {latency.final_ms:.3f} ms)")  # fmt: skip
     if latency.noise is not None:
         verdict += f"; identical sessions differ by {100 * latency.noise:.1f}% in this run"
+        verdict += load_words(MachineLoad.from_dict(latency.machine_load))
     stdout.print(f"{result.manifest.model}: {verdict}", highlight=False)
     if result.manifest.accuracy is not None:
         stdout.print(f"precision: {agreement_line(result.manifest)}", highlight=False)

@@ -118,6 +118,8 @@ class LatencyRecord(Record):
     noise: float | None = None
     agreement: dict | None = None
     rounds: int | None = None  # how many rounds the contest took (it settles: more while the twins disagree)
+    #: what else used the machine while that contest ran: {"steal": share, "others": share}
+    machine_load: dict | None = None
 
     def to_json(self) -> dict:  # noise and agreement are written even when unknown (null)
         return asdict(self)

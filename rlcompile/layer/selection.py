@@ -67,6 +67,7 @@ from rlcompile.measure import (
     run_contest,
     spread_over,
 )
+from rlcompile.measure.load import load_words
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime, RuntimeOptions
@@ -933,8 +934,7 @@ def report_noise(standings: Standings, progress: Listener) -> None:
     if standings.noise > NOISY:
         text += ": the machine is too noisy now to judge gains below that"
     load = standings.load
-    if load is not None and load.noticeable:
-        text += f" (meanwhile {load.describe()})"
+    text += load_words(load)
     progress(Noise("layer", text, noise=standings.noise, rounds=standings.rounds,
                    steal=load.steal if load else None, others=load.others if load else None))  # fmt: skip
 

@@ -50,6 +50,16 @@ class MachineLoad:
     def to_dict(self) -> dict[str, float]:
         return {"steal": self.steal, "others": self.others}
 
+    @classmethod
+    def from_dict(cls, data: dict | None) -> MachineLoad | None:
+        return cls(data["steal"], data["others"]) if data else None
+
+
+def load_words(load: MachineLoad | None, lead: str = "meanwhile") -> str:
+    """``"; <lead> <what else used the machine>"`` when that was noticeable, else nothing: what a line reporting a
+    contest's noise appends."""
+    return f"; {lead} {load.describe()}" if load is not None and load.noticeable else ""
+
 
 def cpu_ticks(own_cpu_s: float | None = None, stat: Path = Path("/proc/stat")) -> CpuTicks | None:
     """The machine's CPU time now (``None`` where ``/proc/stat`` cannot be read); ``own_cpu_s``: the CPU seconds

@@ -171,4 +171,4 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
     final = natives[twin] if twin is not None else chosen.measured.median_ms
     agreement = chosen.agreement.to_dict() if chosen.agreement else None
     return LatencyRecord(natives, original, graph, kernel, final, original / final, selection.noise, agreement,
-                         selection.rounds)  # fmt: skip
+                         selection.rounds, selection.load.to_dict() if selection.load else None)  # fmt: skip

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from rlcompile.export import export_command
 from rlcompile.manifest import GraphRecord, KernelRecord, LatencyRecord, LayerRecord, Manifest, Record
-from rlcompile.measure import DECISION_ROUNDS
+from rlcompile.measure import DECISION_ROUNDS, MachineLoad
+from rlcompile.measure.load import load_words
 
 REPORT = "report.md"
 FIGURE = "report.png"
@@ -71,7 +72,8 @@ def deploy_lines(output: Path, manifest: Manifest) -> list[str]:
         accuracy = manifest.accuracy
         settings += (f"; {accuracy.plan}, {accuracy.metric} {accuracy.error:.4g} on {accuracy.validation_samples} "
                      f"held-out samples (fp32 {accuracy.fp32_error:.4g}, tolerance +{accuracy.tolerance:g})")
-    noise = f" (identical sessions differed by {100 * latency.noise:.1f}%)" if latency.noise is not None else ""
+    noise = (f" (identical sessions differed by {100 * latency.noise:.1f}%"
+             f"{load_words(MachineLoad.from_dict(latency.machine_load))})" if latency.noise is not None else "")
     return [f"The plan runs on {' + '.join(used)} ({len(manifest.segments)} segment(s), {settings}): "
             f"{latency.speedup:.3f}x as fast as the faster of ONNX Runtime and OpenVINO native{noise}.", "",
             f"Export it for the runtime you deploy on (written, then checked there in a fresh process): "

@@ -12,8 +12,9 @@ import pytest
 
 from rlcompile.events import Noise
 from rlcompile.layer.selection import report_noise
+from rlcompile.manifest import LatencyRecord
 from rlcompile.measure import Contender, MeasureConfig, run_contest
-from rlcompile.measure.load import CpuTicks, MachineLoad, cpu_ticks, machine_load
+from rlcompile.measure.load import CpuTicks, MachineLoad, cpu_ticks, load_words, machine_load
 
 TURNS = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.05, max_time_s=1.0)
 HAS_PROC_STAT = Path("/proc/stat").exists()
@@ -27,6 +28,14 @@ def test_the_load_is_the_share_stolen_and_the_share_busy_beyond_what_was_measure
     mine_alone = machine_load(before, CpuTicks(10, 200, 1200, 2.0), ticks_per_second=100)
     assert mine_alone == MachineLoad(steal=0.0, others=0.0) and not mine_alone.noticeable
     assert machine_load(before, before) is None and machine_load(None, after) is None
+
+
+def test_a_load_is_said_only_when_noticeable_and_survives_the_manifest():
+    shared = MachineLoad(steal=0.138, others=0.0)
+    assert shared.noticeable and load_words(shared) and not load_words(MachineLoad(0.01, 0.01)) and not load_words(None)
+    record = LatencyRecord({"ort native": 2.0}, 2.0, 2.0, 2.0, 1.0, 2.0, 0.01, machine_load=shared.to_dict())
+    assert MachineLoad.from_dict(LatencyRecord.from_json(record.to_json()).machine_load) == shared
+    assert MachineLoad.from_dict(None) is None
 
 
 def test_a_machine_without_proc_stat_has_no_load(tmp_path):
