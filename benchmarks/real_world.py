@@ -3,6 +3,7 @@
     python benchmarks/real_world.py [--models hf:bert-minilm,cf:gated,ocr-det,...|all] [--families text,vision]
                                     [--commands run,compare,tasks,graph,select,optimize]
                                     [--out results/real_world] [--full-timing] [--select-budget 180s]
+                                    [--select-libraries ort,openvino]
 
 Models: the corpus (``rlcompile.models.corpus``: Hugging Face architectures exported by ``torch.onnx`` from
 their configs with random weights, control-flow models, the zoo, PaddleOCR's packaged models), built
@@ -14,7 +15,8 @@ line that says why (the error line, else the last line), whether a traceback was
 outcomes: exit 0, or exit 2 with one line naming what is unsupported; a traceback or exit 1 is a bug.
 Results go to ``real_world.json`` as each command finishes (written in one step); a re-run skips what
 is there (``--redo`` runs the selected ones again). ``--full-timing`` runs every command without
-``--quick`` (each measurement at the default timing), ``--select-budget`` gives ``select`` another budget.
+``--quick`` (each measurement at the default timing), ``--select-budget`` gives ``select`` another budget and
+``--select-libraries`` other libraries.
 """
 
 from __future__ import annotations
@@ -102,14 +104,18 @@ def model_specs(names: list[str], out: Path) -> dict[str, list[str]]:
     return specs
 
 
-def command_arguments(command: str, full_timing: bool = False, select_budget: str | None = None) -> list[str]:
+def command_arguments(command: str, full_timing: bool = False, select_budget: str | None = None,
+                      select_libraries: str | None = None) -> list[str]:  # fmt: skip
     """``command``'s arguments (:data:`COMMANDS`); ``full_timing``: without ``--quick`` (every measurement at the
-    default timing: longer blocks, more rounds); ``select_budget``: ``select``'s ``--budget`` instead of 60 s."""
+    default timing: longer blocks, more rounds); ``select_budget``: ``select``'s ``--budget`` instead of 60 s;
+    ``select_libraries``: ``select``'s ``--libraries`` instead of its default."""
     arguments = list(COMMANDS[command])
     if full_timing and "--quick" in arguments:
         arguments.remove("--quick")
     if select_budget is not None and command == "select":
         arguments[arguments.index("--budget") + 1] = select_budget
+    if select_libraries is not None and command == "select":
+        arguments += ["--libraries", select_libraries]
     return arguments
 
 
@@ -251,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-timing", action="store_true",
                         help="run the commands without --quick: every measurement at the default timing")
     parser.add_argument("--select-budget", default=None, help="select's --budget (default 60s)")
+    parser.add_argument("--select-libraries", default=None, help="select's --libraries (default: its own)")
     args = parser.parse_args(argv)
     path = args.out / "real_world.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
@@ -261,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             if key in saved and not args.redo:
                 continue
             console.log(key)
-            arguments = command_arguments(command, args.full_timing, args.select_budget)
+            arguments = command_arguments(command, args.full_timing, args.select_budget, args.select_libraries)
             saved[key] = try_command(model, command, run_folder(args.out, name, command), arguments)
             atomic.write_json(path, saved, indent=1)
     for key, row in saved.items():  # rows from before the predictions were recorded, while their plans are on disk
