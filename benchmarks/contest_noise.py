@@ -71,9 +71,7 @@ def contenders(model, feeds: dict, threads: int, variant: str) -> list[Contender
 
 
 def spreads(model_name: str, threads: int, variant: str, repeats: int, pause_s: float = 0.0) -> list[dict]:
-    entries = {entry.name: entry for entry in corpus.corpus()}
-    spec = corpus.model_spec(entries[model_name]) if model_name in entries else model_name
-    model = load_model(spec)
+    model = load_model(corpus.spec_of(model_name))
     feeds = model.random_inputs(0)
     timing = spread_over(QUICK if variant in ("quick", "settled") else DEFAULT, 5)
     if variant == "long-blocks":

@@ -111,8 +111,7 @@ def fill_gbps(megabytes: int) -> float:
 
 
 def natives(model_name: str, threads: int) -> dict[str, Callable[[], object]]:
-    entries = {entry.name: entry for entry in corpus.corpus()}
-    model = load_model(corpus.model_spec(entries[model_name]) if model_name in entries else model_name)
+    model = load_model(corpus.spec_of(model_name))
     feeds = model.random_inputs(0)
     return {name: model.compile(runtimes.create(name), RuntimeOptions(threads, exclusive=True)).timer(feeds)
             for name in ("ort", "openvino")}  # fmt: skip

@@ -68,8 +68,7 @@ def median_ms(call: Callable[[], object], calls: int) -> float:
 
 
 def native_timers(model_name: str, libraries: list[str], threads: int) -> dict[str, Callable[[], object]]:
-    entries = {entry.name: entry for entry in corpus.corpus()}
-    model = load_model(corpus.model_spec(entries[model_name]) if model_name in entries else model_name)
+    model = load_model(corpus.spec_of(model_name))
     feeds = model.random_inputs(0)
     return {name: model.compile(runtimes.create(name), RuntimeOptions(threads, exclusive=True)).timer(feeds)
             for name in libraries}  # fmt: skip

@@ -263,6 +263,13 @@ def model_spec(entry: CorpusEntry, directory: Path | None = None) -> str:
     return str((directory or default_dir()) / entry.file_name)
 
 
+def spec_of(name: str) -> str:
+    """What the CLI takes for ``name``: a corpus entry's (:func:`model_spec`), else ``name`` itself (a zoo or
+    packaged name, or a file's path)."""
+    entries = {entry.name: entry for entry in corpus()}
+    return model_spec(entries[name]) if name in entries else name
+
+
 def build(entries: list[CorpusEntry], directory: Path | None = None,
           progress: Callable[[str], None] = lambda message: None) -> dict[str, str]:  # fmt: skip
     """Export every entry not yet in ``directory``; {name: why not} for those that cannot be built here."""

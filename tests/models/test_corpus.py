@@ -46,6 +46,12 @@ def built(folder: Path, name: str) -> str:
     return str(folder / CorpusEntry(name, "", "").file_name)
 
 
+def test_a_name_is_taken_as_the_cli_takes_it_a_corpus_entry_by_its_built_file():
+    built = next(entry for entry in corpus.corpus() if entry.build is not None)
+    assert corpus.spec_of(built.name) == corpus.model_spec(built) and corpus.spec_of(built.name).endswith(".onnx")
+    assert corpus.spec_of("resnet18") == "resnet18" and corpus.spec_of("my/model.onnx") == "my/model.onnx"
+
+
 def test_batch_norm_statistics_are_settled_so_that_activations_keep_their_scale():
     """Freshly initialised BatchNorm layers pass on their input's scale, so a deep random network's activations
     vanish (hf:efficientnet's outputs were exactly 0, hf:mobilevit's denormal); settled, they keep unit scale."""
