@@ -283,7 +283,7 @@ def apply_group_prices(problem: SelectionProblem, fit: SegmentFit) -> SelectionP
             record.setdefault(group, {})[library] = record.get(group, {}).get(library, 1.0) * factor
     table.boundary_scales = dict(table.boundary_scales) | fit.boundary_scales
     table.segment_entry_ms = dict(table.segment_entry_ms) | fit.entry_ms
-    return SelectionProblem(table)
+    return problem.on(table)
 
 
 def whole_model_prices(table: LookupTable) -> LookupTable:

@@ -16,7 +16,7 @@ live at once. If the states exceed ``max_states`` it keeps the cheapest ones and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from rlcompile.layer.table import SINK, SOURCE, LookupTable
@@ -36,8 +36,10 @@ class Incoming:
 
 
 class SelectionProblem:
-    def __init__(self, table: LookupTable, allowed: set[str] | None = None) -> None:
+    def __init__(self, table: LookupTable, allowed: Collection[str] | None = None) -> None:
         self.table = table
+        #: the primitives plans may use (all the table's when None; a layer none of them runs keeps the default)
+        self.allowed = None if allowed is None else frozenset(allowed)
         self.index = {name: i for i, name in enumerate(table.layers)}
         self.options: list[list[Option]] = []
         for name in table.layers:
@@ -60,6 +62,22 @@ class SelectionProblem:
 
     def __len__(self) -> int:
         return len(self.options)
+
+    def primitives(self) -> list[str]:
+        """The table's primitives that plans may use."""
+        return [name for name in self.table.layouts if self.allowed is None or name in self.allowed]
+
+    def libraries(self) -> list[str]:
+        """The libraries that plans may use."""
+        return sorted({name.split(":")[0] for name in self.primitives()})
+
+    def on(self, table: LookupTable) -> SelectionProblem:
+        """This problem, the same primitives allowed, on ``table`` (a corrected table)."""
+        return SelectionProblem(table, self.allowed)
+
+    def without(self, libraries: Collection[str]) -> SelectionProblem:
+        """This problem with the primitives of ``libraries`` left out."""
+        return SelectionProblem(self.table, [name for name in self.primitives() if name.split(":")[0] not in libraries])
 
     def step_cost(self, layer: int, choice: int, layout_of: dict[int, str]) -> float:
         """The layer's time plus converting each input (and, for an output layer, its result) as needed, plus
@@ -103,6 +121,31 @@ class SelectionProblem:
 
     def fastest(self, layer: int) -> int:
         return min(range(len(self.options[layer])), key=lambda c: self.options[layer][c].ms)
+
+
+def idle_libraries(problem: SelectionProblem, band: float) -> dict[str, float]:
+    """The libraries the table's optimum does as well without, by what each would gain it (a share of its time).
+
+    Each library but the default is tried, the one whose absence costs the exact optimum least first, each with those
+    already left out: it is left out while the optimum without them all costs less than ``band`` more than the
+    optimum with every library. A contest cannot tell such a gain from its noise (``band``: the tie band), and the
+    plans that use the library only add contenders to time; on the 2-core VMs, PyTorch in particular: its share of a
+    plan ran 1.4-2.1x slower whenever another program took part of one CPU (``benchmarks/shared_cpu.py``), and its
+    plans were the largest class of predictions off by more than 15% (tallies 57-65), while no chosen plan of 90
+    ``select`` runs had a PyTorch segment.
+    """
+    best = exact(problem).total_ms
+    if not best > 0:
+        return {}
+    default = problem.table.default.split(":")[0]
+    others = [library for library in problem.libraries() if library != default]
+    alone = {library: exact(problem.without([library])).total_ms for library in others}
+    left: dict[str, float] = {}
+    for library in sorted(alone, key=alone.__getitem__):
+        gain = exact(problem.without([*left, library])).total_ms / best - 1
+        if gain < band:
+            left[library] = max(0.0, gain)
+    return left
 
 
 def best_within_library(problem: SelectionProblem, library: str) -> tuple[list[int], float]:

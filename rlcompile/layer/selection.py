@@ -1,7 +1,9 @@
 """``rlcompile select``: a library per fusion group, chosen on the table and then by measurement.
 
 1. Fold BatchNorm, form fusion groups, profile them per library (or reuse the table).
-2. The agent solves the table (QS-DNN's Q-learning by default; every solver keeps its interface).
+2. The libraries the table's exact optimum does as well without (within :data:`TIE_BAND`) are left out of the
+   plans (:func:`~rlcompile.layer.problem.idle_libraries`); the agent solves the table on the others (QS-DNN's
+   Q-learning by default; every solver keeps its interface).
 3. The candidates: the agent's plan, the table's exact optimum and every single-library plan. Each is
    cut into segments, compiled, checked against ONNX Runtime, and all are timed in one contest in one
    process together with ONNX Runtime and OpenVINO run natively on the original model.
@@ -45,7 +47,7 @@ from rlcompile.layer.in_context import (
     measure_drift,
     whole_model_prices,
 )
-from rlcompile.layer.problem import SelectionProblem, exact
+from rlcompile.layer.problem import SelectionProblem, exact, idle_libraries
 from rlcompile.layer.segments import Segment, SegmentEngine
 from rlcompile.layer.solvers import SolverResult
 from rlcompile.layer.table import LookupTable, save_table
@@ -232,6 +234,9 @@ class Selection:
     plan_twin_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
     #: what else used the machine while the final contest ran
     load: MachineLoad | None = None
+    #: the libraries left out of the plans, by what the table's optimum would have gained with each
+    #: (:func:`~rlcompile.layer.problem.idle_libraries`)
+    left_out: dict[str, float] = field(default_factory=dict)
 
     def reference_outputs(self) -> list[np.ndarray]:
         """:attr:`reference`, computed on first use when the selection was made without it."""
@@ -371,6 +376,7 @@ class Selection:
             "threads": self.threads,
             "libraries": list(self.table.layouts),
             "unavailable_libraries": self.unavailable,
+            "left_out": self.left_out,
             "table": str(self.table_file),
             "table_reused": self.table_reused,
             "agent_predicted_ms": self.result.total_ms,
@@ -448,7 +454,7 @@ def first_candidates(problem: SelectionProblem, result: SolverResult, agent: str
     """The agent's plan, the exact optimum and each single-library plan, identical plans merged
     (only the single-library plans when not ``mixed``)."""
     named = [(agent, result.plan), ("exact", exact(problem).plan)] if mixed else []
-    named += [(f"{SINGLE}{name}", single_library_plan(problem.table, name)) for name in problem.table.layouts]
+    named += [(f"{SINGLE}{name}", single_library_plan(problem.table, name)) for name in problem.primitives()]
     return candidate_plans(problem, named)
 
 
@@ -509,6 +515,7 @@ def select_segments(
     baseline: LoadedModel | None = None,
     mixed: bool = True,
     deadline: float | None = None,
+    leave_out_idle: bool = True,
     **solver_options: object,
 ) -> Selection:
     """Choose a library per fusion group; run, verify and time the candidates; keep the fastest.
@@ -520,6 +527,8 @@ def select_segments(
     ``mixed=False``: only single-library plans are candidates (no library switches).
     ``deadline`` (``time.monotonic()``): the profile stops adding libraries when :data:`FINAL_SHARE` of the
     time left is what remains, and the refining probe is skipped past it; the final contest always runs.
+    ``leave_out_idle=False``: every library stays in the plans, even one the table's optimum does as well without
+    (:func:`~rlcompile.layer.problem.idle_libraries`).
     """
     solver = solvers.create(agent, **solver_options)
     created, unavailable = create_libraries(library_names or runtimes.parse(None, tuning_db is not None), tuning_db)
@@ -554,6 +563,10 @@ def select_segments(
     else:
         progress(Event("layer", f"wrote the lookup table {path}"))
     problem = SelectionProblem(table)
+    left_out = idle_libraries(problem, TIE_BAND) if mixed and leave_out_idle else {}
+    if left_out:
+        problem = problem.without(left_out)
+        progress(Event("layer", left_out_words(left_out)))
     progress(Phase("layer", f"solving with {agent} over {len(problem)} fusion groups", "solve"))
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
@@ -588,9 +601,16 @@ def select_segments(
     final = time_candidates(grouped, candidates, natives | twins, timing, progress, deadline, original.proto)
     selection = Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
                           pick(candidates), unavailable=unavailable, native_calls=natives,
-                          reference=reference, plan_twin_calls=twins)  # fmt: skip
+                          reference=reference, plan_twin_calls=twins, left_out=left_out)  # fmt: skip
     selection.take_final(final)  # the pick again, ties now within the contest's noise
     return selection
+
+
+def left_out_words(left_out: Mapping[str, float]) -> str:
+    """What leaving ``left_out`` (:func:`~rlcompile.layer.problem.idle_libraries`) out of the plans is, in words."""
+    gains = ", ".join(f"{library} {gain:.1%}" for library, gain in left_out.items())
+    return (f"left {' and '.join(left_out)} out of the plans: the table's optimum gains less with "
+            f"{'it' if len(left_out) == 1 else 'them'} ({gains}) than the {TIE_BAND:.0%} a contest tells apart")
 
 
 def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:
@@ -675,7 +695,7 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     if moved:
         progress(Event("layer", f"the measured plans refit the table: {', '.join(sorted(moved))}"))
         apply_fit(problem.table, fit)
-        problem = SelectionProblem(problem.table)
+        problem = problem.on(problem.table)
     for candidate in timed:
         if candidate.segment_ms is not None:
             candidate.segment_drift = [drift.of(item.segment.library) for item in candidate.engine.compiled]

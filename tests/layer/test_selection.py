@@ -13,7 +13,7 @@ import rlcompile
 from rlcompile.cli import main
 from rlcompile.events import Event, Reuse, Step, ignore
 from rlcompile.layer.in_context import Drift
-from rlcompile.layer.problem import SelectionProblem
+from rlcompile.layer.problem import SelectionProblem, exact, idle_libraries
 from rlcompile.layer.selection import ROUNDS, TIE_BAND, Candidate, pick, select_segments
 from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
@@ -26,7 +26,7 @@ from tests.timing import BLOCKS
 def selection(tmp_path_factory):
     table_dir = tmp_path_factory.mktemp("tables")
     return select_segments(load_model("lenet5"), "qlearning", threads=2, table_dir=table_dir, timing=BLOCKS,
-                           episodes=100)  # fmt: skip
+                           leave_out_idle=False, episodes=100)  # fmt: skip
 
 
 def test_selection_measures_every_candidate_and_keeps_the_fastest(selection):
@@ -59,6 +59,22 @@ def test_the_table_is_reused_and_the_solvers_keep_their_interface(selection):
     qlearning = next(c for c in selection.candidates if "qlearning" in c.labels)
     problem = SelectionProblem(again.table)  # what the exact solver optimised: no plan costs less on it
     assert problem.total(problem.choices(qlearning.assignment)) >= again.result.total_ms - 1e-9
+
+
+def test_the_libraries_the_tables_optimum_does_without_are_left_out_of_the_plans(selection):
+    again = select_segments(load_model("lenet5"), "qlearning", threads=2, table_dir=selection.table_file.parent,
+                            timing=BLOCKS, episodes=100)  # fmt: skip
+    full = SelectionProblem(again.table)
+    best = exact(full).total_ms
+    assert again.left_out == idle_libraries(full, TIE_BAND)
+    assert exact(full.without(again.left_out)).total_ms < best * (1 + TIE_BAND)
+    for library in set(full.libraries()) - set(again.left_out) - {"ort"}:  # each kept one is worth its band
+        assert exact(full.without([*again.left_out, library])).total_ms >= best * (1 + TIE_BAND)
+    plans = [candidate for candidate in again.candidates if not candidate.labels[0].startswith("native:")]
+    used = {library for candidate in plans for library in candidate.assignment}  # the native runs stay candidates
+    assert not used & set(again.left_out) and not any(twin in label for label in again.plan_twins
+                                                      for twin in again.left_out)  # fmt: skip
+    assert again.to_dict()["left_out"] == again.left_out
 
 
 def test_ties_go_to_the_plan_with_fewer_segments():

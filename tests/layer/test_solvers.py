@@ -8,7 +8,7 @@ import random
 import pytest
 
 from rlcompile.layer import solvers
-from rlcompile.layer.problem import SelectionProblem, exact
+from rlcompile.layer.problem import SelectionProblem, exact, idle_libraries
 from rlcompile.layer.solvers.qlearning import QLearning
 from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable, switch_key
 
@@ -107,6 +107,27 @@ def test_greedy_ignores_conversions_and_single_stays_in_one_library():
     single = solvers.create("single").solve(problem)
     libraries = {problem.options[i][c].primitive.split(":")[0] for i, c in enumerate(single.plan)} - {"ort"}
     assert len(libraries) <= 1 and single.extra["library"] in problem.table.libraries()
+
+
+def test_a_library_is_left_out_while_the_optimum_does_as_well_without_it():
+    table = synthetic_table(6, seed=1)
+    table.options = {name: by | {"idle:nchw": by["ort:basic"] * 1.5} for name, by in table.options.items()}
+    table.layouts = dict(table.layouts) | {"idle:nchw": "nchw"}
+    problem = SelectionProblem(table)
+    best = exact(problem).total_ms
+    left = idle_libraries(problem, band=0.02)
+    assert "idle" in left and left["idle"] == 0.0 and "ort" not in left  # never chosen; the default always stays
+    assert "fast" not in left and exact(problem.without(["fast"])).total_ms > best * 1.02
+    restricted = problem.without(left)
+    assert restricted.libraries() == sorted(set(problem.libraries()) - set(left))
+    assert exact(restricted).total_ms < best * 1.02
+    # solvers and corrected tables keep the restriction
+    plan = solvers.create("qlearning").solve(restricted, seed=0).plan
+    assert "idle" not in {restricted.options[i][c].primitive.split(":")[0] for i, c in enumerate(plan)}
+    assert restricted.on(table).libraries() == restricted.libraries()
+    assert solvers.create("single").solve(restricted).extra["library"] != "idle"
+    # a band no gain is under leaves every library in
+    assert idle_libraries(problem, band=0.0) == {}
 
 
 def test_unknown_agent_is_a_clear_error():

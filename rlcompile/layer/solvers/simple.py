@@ -56,7 +56,7 @@ class SingleLibrary(Solver):
     name = "single"
 
     def solve(self, problem: SelectionProblem, seed: int = 0, seconds: float | None = None) -> SolverResult:
-        per_library = {library: best_within_library(problem, library) for library in problem.table.libraries()}
+        per_library = {library: best_within_library(problem, library) for library in problem.libraries()}
         library, (plan, total) = min(per_library.items(), key=lambda item: item[1][1])
         per_library_ms = {name: value[1] for name, value in per_library.items()}
         return SolverResult(plan, total, extra={"library": library, "per_library_ms": per_library_ms})
