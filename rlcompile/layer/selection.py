@@ -106,6 +106,12 @@ FIRST_BATCH_SHARE = 0.3
 #: within 15% of their prediction 188 times in 199, those left at the first batch's five rounds 222 times in 299;
 #: with every plan settled, tally 39 had 64 of 72 plans within 15% (tally 37: 60 of 70).
 SETTLE_EVERY_PLAN = True
+#: With a deadline, the final contest's settling batches go on while they fit before it, however close its twins
+#: already are (the :class:`~rlcompile.measure.contest.Settle` target 0): the twins say the contest is settled, not that
+#: each plan is. In tally 66a (14 corpus models, ``select --budget 60s``, twins 1.3-4.8% apart) the plans timed in
+#: every round came within 15% of their prediction 46 times in 46, those left at the first batch's five rounds 9
+#: in 13, and 5 of the 14 runs ended with 9-30 s of their budget unused. Without a deadline the twins' target stands.
+FILL_THE_DEADLINE = True
 #: With a deadline, the share of the time left after grouping kept for compiling, checking and timing the
 #: candidates (the final contest settles in what is left); the profile gets the rest.
 FINAL_SHARE = 0.7
@@ -1001,21 +1007,26 @@ def twin_libraries(label: str) -> list[str]:
     return label.removeprefix("single:").split(" ")[0].split("+")
 
 
+def final_settle(deadline: float | None) -> Settle:
+    """How the final contest settles: more rounds while its twins differ by more than
+    :data:`~rlcompile.measure.contest.SETTLED_NOISE` (with a deadline, while they fit before it:
+    :data:`FILL_THE_DEADLINE`), for every plan while a batch of all of them fits (:data:`SETTLE_EVERY_PLAN`), then
+    for those in contention, then for each whose blocks disagree (:data:`BLOCK_SPREAD`)."""
+    target = 0.0 if deadline is not None and FILL_THE_DEADLINE else contest.SETTLED_NOISE
+    return Settle(target=target, deadline=deadline, everyone=SETTLE_EVERY_PLAN, spread=BLOCK_SPREAD)
+
+
 def time_candidates(grouped: GroupedModel, candidates: list[Candidate], natives: dict[str, Timer],
                     timing: MeasureConfig, progress: Listener, deadline: float | None = None,
                     native_proto: onnx.ModelProto | None = None) -> Standings:  # fmt: skip
     """The final measurement: every candidate and every native run, in one contest (shortened to end by
-    ``deadline`` when there is one, down to a floor), settled: more rounds while the twins differ by more
-    than :data:`~rlcompile.measure.contest.SETTLED_NOISE` and the deadline allows, for every plan while a batch of
-    all of them fits (:data:`SETTLE_EVERY_PLAN`), then for each plan whose blocks still disagree
-    (:data:`BLOCK_SPREAD`). Returns its standings."""
+    ``deadline`` when there is one, down to a floor), settled (:func:`final_settle`). Returns its standings."""
     runnable = sum(c.engine is not None and c.error is None for c in candidates)
     if deadline is not None:  # the first batch of rounds takes a part of the time left, settling the rest
         seconds = FIRST_BATCH_SHARE * (deadline - time.monotonic())
         timing = contest.fit_within(timing, runnable + len(natives), seconds)
     progress(Phase("layer", f"timing {runnable} plans and {len(natives)} native runs in turns", "measure"))
-    return time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto,
-                                Settle(deadline=deadline, everyone=SETTLE_EVERY_PLAN, spread=BLOCK_SPREAD),
+    return time_candidates_once(candidates, natives, timing, grouped.feeds, native_proto, final_settle(deadline),
                                 progress)  # fmt: skip
 
 
