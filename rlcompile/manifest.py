@@ -100,6 +100,8 @@ class LayerRecord(Record):
     wall_s: float = 0.0
     #: with a lowered precision allowed: what the precision searches measured (contract, searches, plans)
     precision: dict | None = None
+    #: the libraries left out of the plans, by what the table's optimum would have gained with each
+    left_out: dict[str, float] | None = None
 
 
 STAGE_RECORDS: dict[str, type[Record]] = {"graph": GraphRecord, "kernel": KernelRecord, "layer": LayerRecord}

@@ -1,7 +1,7 @@
 """``rlcompile select``: a library per fusion group, chosen on the table and then by measurement.
 
 1. Fold BatchNorm, form fusion groups, profile them per library (or reuse the table).
-2. The libraries the table's exact optimum does as well without (within :data:`TIE_BAND`) are left out of the
+2. The libraries the table's exact optimum does as well without (within :func:`idle_band`) are left out of the
    plans (:func:`~rlcompile.layer.problem.idle_libraries`); the agent solves the table on the others (QS-DNN's
    Q-learning by default; every solver keeps its interface).
 3. The candidates: the agent's plan, the table's exact optimum and every single-library plan. Each is
@@ -368,8 +368,7 @@ class Selection:
         recalibrated by a probe): a library's single-library plan that runs the model natively, against that
         library's native run (:data:`GAUGES`; ``notes["twin_noise"]``, kept when the pair was merged). A prediction
         carries this noise and :attr:`noise` both."""
-        apart = self.table.notes.get("twin_noise") or {}
-        return max(apart.values()) if apart else None
+        return table_noise(self.table)
 
     def single_library_ms(self, names: tuple[str, ...]) -> list[float]:
         """The measured latencies of the single-runtime plans of ``names`` (those that ran)."""
@@ -569,10 +568,11 @@ def select_segments(
     else:
         progress(Event("layer", f"wrote the lookup table {path}"))
     problem = SelectionProblem(table)
-    left_out = idle_libraries(problem, TIE_BAND) if mixed and leave_out_idle else {}
+    band = idle_band(table)
+    left_out = idle_libraries(problem, band) if mixed and leave_out_idle else {}
     if left_out:
         problem = problem.without(left_out)
-        progress(Event("layer", left_out_words(left_out)))
+        progress(Event("layer", left_out_words(left_out, band)))
     progress(Phase("layer", f"solving with {agent} over {len(problem)} fusion groups", "solve"))
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
@@ -612,11 +612,27 @@ def select_segments(
     return selection
 
 
-def left_out_words(left_out: Mapping[str, float]) -> str:
+def table_noise(table: LookupTable) -> float | None:
+    """How far apart the identical runs timed together at the table's calibration were, at most (``None`` when none
+    were: :attr:`Selection.calibration_noise`)."""
+    apart = table.notes.get("twin_noise") or {}
+    return max(apart.values()) if apart else None
+
+
+def idle_band(table: LookupTable) -> float:
+    """The least gain that keeps a library in the plans (:func:`~rlcompile.layer.problem.idle_libraries`): the tie
+    band, or the calibration's noise when that is wider, as :func:`pick` widens ties to the contest's noise: a gain
+    the table's own measurements cannot tell from their noise. In tally 66b (``select --budget 60s``) the table gave
+    PyTorch more than 2% on hf:deit, calibrated while identical runs differed by 10.6%, and its two plans with 12 and
+    21 PyTorch segments measured 0.69x and 0.81x their prediction (the probe had timed them 1.4-1.6x slower)."""
+    return max(TIE_BAND, table_noise(table) or 0.0)
+
+
+def left_out_words(left_out: Mapping[str, float], band: float) -> str:
     """What leaving ``left_out`` (:func:`~rlcompile.layer.problem.idle_libraries`) out of the plans is, in words."""
     gains = ", ".join(f"{library} {gain:.1%}" for library, gain in left_out.items())
     return (f"left {' and '.join(left_out)} out of the plans: the table's optimum gains less with "
-            f"{'it' if len(left_out) == 1 else 'them'} ({gains}) than the {TIE_BAND:.0%} a contest tells apart")
+            f"{'it' if len(left_out) == 1 else 'them'} ({gains}) than the {band:.1%} its measurements tell apart")
 
 
 def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:

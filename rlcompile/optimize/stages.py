@@ -381,7 +381,7 @@ class LayerStage:
         return LayerRecord(agent=settings.layer_agent, libraries=names, unavailable=selection.unavailable,
                            chosen=selection.chosen.labels, segments=selection.chosen.segments,
                            library_mix=selection.chosen.library_mix(), wall_s=time.monotonic() - started,
-                           precision=precision)  # fmt: skip
+                           precision=precision, left_out=selection.left_out or None)  # fmt: skip
 
     @staticmethod
     def deadline(context: StageContext, started: float) -> float:

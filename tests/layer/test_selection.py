@@ -15,6 +15,7 @@ from rlcompile.events import Event, Reuse, Step, ignore
 from rlcompile.layer.in_context import Drift
 from rlcompile.layer.problem import SelectionProblem, exact, idle_libraries
 from rlcompile.layer.selection import ROUNDS, TIE_BAND, Candidate, pick, select_segments
+from rlcompile.layer.table import read_table
 from rlcompile.measure import QUICK, summarize
 from rlcompile.models import load_model
 from rlcompile.plan import load_plan, save_plan
@@ -62,14 +63,17 @@ def test_the_table_is_reused_and_the_solvers_keep_their_interface(selection):
 
 
 def test_the_libraries_the_tables_optimum_does_without_are_left_out_of_the_plans(selection):
+    table = read_table(selection.table_file)  # what the run reusing it decides on, before its probes refit it
     again = select_segments(load_model("lenet5"), "qlearning", threads=2, table_dir=selection.table_file.parent,
                             timing=BLOCKS, episodes=100)  # fmt: skip
-    full = SelectionProblem(again.table)
+    assert again.table_reused
+    full = SelectionProblem(table)
     best = exact(full).total_ms
-    assert again.left_out == idle_libraries(full, TIE_BAND)
-    assert exact(full.without(again.left_out)).total_ms < best * (1 + TIE_BAND)
+    band = max(TIE_BAND, *table.notes["twin_noise"].values())  # a gain the calibration's twins cannot tell is none
+    assert again.left_out == idle_libraries(full, band)
+    assert exact(full.without(again.left_out)).total_ms < best * (1 + band)
     for library in set(full.libraries()) - set(again.left_out) - {"ort"}:  # each kept one is worth its band
-        assert exact(full.without([*again.left_out, library])).total_ms >= best * (1 + TIE_BAND)
+        assert exact(full.without([*again.left_out, library])).total_ms >= best * (1 + band)
     plans = [candidate for candidate in again.candidates if not candidate.labels[0].startswith("native:")]
     used = {library for candidate in plans for library in candidate.assignment}  # the native runs stay candidates
     assert not used & set(again.left_out) and not any(twin in label for label in again.plan_twins

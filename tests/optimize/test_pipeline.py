@@ -105,6 +105,7 @@ def test_the_output_is_the_fastest_measured_plan_and_never_an_untuned_kernel(int
         if candidate.engine and "tvm" in candidate.engine.libraries:
             assert candidate.agreement.within()
     assert "tvm" in result.manifest["optimize"]["stages"]["layer"]["libraries"]
+    assert result.manifest["optimize"]["stages"]["layer"].get("left_out") == (selection.left_out or None)
 
 
 def test_a_plan_that_is_a_native_run_itself_is_reported_at_that_runs_time(interrupted_then_resumed):
