@@ -158,10 +158,11 @@ def children_cpu_s() -> float:
 def select_predictions(manifest: Path) -> dict:
     """``plans`` (:func:`plan_predictions`), and the timing noise the predictions carry: ``noise``, how far the final
     contest's identical sessions differed, and ``calibration_noise``, how far the calibration's did (``None`` when
-    the manifest is missing or has no twins)."""
+    the manifest is missing or has no twins); ``left_out``, the libraries left out of the plans, by the gain the table
+    gave them."""
     selection = json.loads(manifest.read_text())["selection"] if manifest.exists() else {}
     return {"plans": plan_predictions(manifest), "noise": selection.get("noise"),
-            "calibration_noise": selection.get("calibration_noise")}
+            "calibration_noise": selection.get("calibration_noise"), "left_out": selection.get("left_out")}
 
 
 def plan_predictions(manifest: Path) -> list[dict] | None:
@@ -362,10 +363,24 @@ def markdown_summary(saved: dict) -> str:
               f"{priced['others by round']} others."]
     lines += probe_lines(plans)
     lines += rounds_line(plans)
+    lines += left_out_line([row for key, row in saved.items() if key.endswith("/select")])
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]
     return "\n".join(lines) + "\n"
+
+
+def left_out_line(selects: list[dict]) -> list[str]:
+    """In how many ``select`` runs each library was left out of the plans (none when no run recorded it)."""
+    counts: dict[str, int] = {}
+    for row in selects:
+        for library in row.get("left_out") or {}:
+            counts[library] = counts.get(library, 0) + 1
+    if not any("left_out" in row for row in selects):
+        return []
+    said = ", ".join(f"{library} in {count}" for library, count in sorted(counts.items())) or "none"
+    return ["", f"Libraries left out of the plans (the table's optimum gained less with them than its calibration's "
+                f"noise or 2%), of {len(selects)} runs: {said}."]
 
 
 def load_cell(load: dict | None) -> str:
