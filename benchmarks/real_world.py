@@ -379,8 +379,8 @@ def left_out_line(selects: list[dict]) -> list[str]:
     if not any("left_out" in row for row in selects):
         return []
     said = ", ".join(f"{library} in {count}" for library, count in sorted(counts.items())) or "none"
-    return ["", f"Libraries left out of the plans (the table's optimum gained less with them than its calibration's "
-                f"noise or 2%), of {len(selects)} runs: {said}."]
+    return ["", f"Libraries left out of the plans (the table's optimum gained too little with them), of "
+                f"{len(selects)} runs: {said}."]
 
 
 def load_cell(load: dict | None) -> str:

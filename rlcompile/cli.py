@@ -373,7 +373,8 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
     model = load(args)
     threads = args.threads or host_cores()
     selection, _ = choose_plan(model, contract, args.agent, args.seed, threads, names, args.tuning_db,
-                               args.table_dir, measure_config(args), log, deadline=deadline, **options)  # fmt: skip
+                               args.table_dir, measure_config(args), log, deadline=deadline,
+                               leave_out_idle=args.libraries is None, **options)  # fmt: skip
     stdout.print(groups_table(selection))
     stdout.print(candidates_table(selection))
     chosen = selection.chosen

@@ -26,9 +26,11 @@ def choose_plan(model: LoadedModel, contract: AccuracyContract, agent: str = "ql
                 threads: int = 1, library_names: list[str] | None = None, tuning_db: Path | None = None,
                 table_dir: Path | None = None, timing: MeasureConfig = DEFAULT, progress: Listener = ignore,
                 baseline: LoadedModel | None = None, mixed: bool = True, deadline: float | None = None,
-                work: Path | None = None, **solver_options: object) -> tuple[Selection, dict | None]:  # fmt: skip
+                work: Path | None = None, leave_out_idle: bool = True,
+                **solver_options: object) -> tuple[Selection, dict | None]:  # fmt: skip
     """The selection (its ``chosen`` plan measured fastest within the contract) and, with a lowered precision
-    allowed, the precision choice as the manifest keeps it (else ``None``).
+    allowed, the precision choice as the manifest keeps it (else ``None``). ``leave_out_idle``: as
+    :func:`~rlcompile.layer.selection.select_segments` takes it (the commands: when the user named no libraries).
 
     ``deadline`` (``time.monotonic()``): when everything, the final contest included, should be done; the
     library choice gets all of it under an exact contract, :data:`LIBRARY_SHARE` of it otherwise.
@@ -39,7 +41,7 @@ def choose_plan(model: LoadedModel, contract: AccuracyContract, agent: str = "ql
         library_deadline = started + LIBRARY_SHARE * (deadline - started)
     selection = select_segments(model, agent, seed, threads, library_names, tuning_db, table_dir, timing,
                                 progress, baseline=baseline, mixed=mixed, deadline=library_deadline,
-                                **solver_options)  # fmt: skip
+                                leave_out_idle=leave_out_idle, **solver_options)  # fmt: skip
     if contract.exact:
         return selection, None
     from rlcompile.layer.precision import choose_precision

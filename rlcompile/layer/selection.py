@@ -533,7 +533,8 @@ def select_segments(
     ``deadline`` (``time.monotonic()``): the profile stops adding libraries when :data:`FINAL_SHARE` of the
     time left is what remains, and the refining probe is skipped past it; the final contest always runs.
     ``leave_out_idle=False``: every library stays in the plans, even one the table's optimum does as well without
-    (:func:`~rlcompile.layer.problem.idle_libraries`).
+    (:func:`~rlcompile.layer.problem.idle_libraries`): ``select`` and ``optimize`` pass it when the user named the
+    libraries (``--libraries``), whose choice is then the user's.
     """
     solver = solvers.create(agent, **solver_options)
     created, unavailable = create_libraries(library_names or runtimes.parse(None, tuning_db is not None), tuning_db)

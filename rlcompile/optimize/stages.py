@@ -376,7 +376,8 @@ class LayerStage:
                                            settings.threads, names, context.tuning_db, table_dir, settings.timing,
                                            context.progress, baseline=baseline, mixed=mixed,
                                            deadline=self.deadline(context, started),
-                                           work=context.work / "precision")  # fmt: skip
+                                           work=context.work / "precision",
+                                           leave_out_idle=settings.libraries is None)  # fmt: skip
         context.selection = selection
         return LayerRecord(agent=settings.layer_agent, libraries=names, unavailable=selection.unavailable,
                            chosen=selection.chosen.labels, segments=selection.chosen.segments,

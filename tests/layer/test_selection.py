@@ -129,6 +129,7 @@ def test_select_cli_writes_a_plan_directory_that_run_runs(tmp_path: Path, capsys
     assert code == 0
     printed = capsys.readouterr().out
     assert "plans run end to end" in printed and "timing noise of this run" in printed and "wrote" in printed
+    assert json.loads((out / "manifest.json").read_text())["selection"]["left_out"] == {}  # named: the user's choice
     assert main(["run", str(out), "--quick"]) == 0
     printed = capsys.readouterr().out
     assert "x ONNX Runtime native" in printed and "agrees with ONNX Runtime" in printed
