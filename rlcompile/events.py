@@ -65,6 +65,8 @@ class Noise(Event):
     rounds: int = 0
     steal: float | None = None
     others: float | None = None
+    #: blocks timed again because the hypervisor took their CPU time
+    retimed: int = 0
 
 
 @dataclass(frozen=True)

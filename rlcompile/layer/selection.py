@@ -240,6 +240,8 @@ class Selection:
     plan_twin_round_ms: dict[str, dict[int, float]] = field(default_factory=dict)
     #: what else used the machine while the final contest ran
     load: MachineLoad | None = None
+    #: how many of the final contest's blocks were timed again because the hypervisor took their time
+    retimed: int = 0
     #: the libraries left out of the plans, by what the table's optimum would have gained with each
     #: (:func:`~rlcompile.layer.problem.idle_libraries`)
     left_out: dict[str, float] = field(default_factory=dict)
@@ -261,6 +263,7 @@ class Selection:
         self.plan_twin_round_ms = {name: final.round_ms.get(name, {}) for name in twins}
         self.rounds = final.rounds
         self.load = final.load
+        self.retimed = final.retimed
         self.chosen = pick(self.candidates, noise=self.noise)
 
     @property
@@ -396,6 +399,7 @@ class Selection:
             "calibration_noise": self.calibration_noise,
             "rounds": self.rounds,
             "machine_load": self.load.to_dict() if self.load else None,
+            "retimed_blocks": self.retimed,
             "drift": self.drift,
             "drift_by_library": self.drifts.to_dict(),
             "expected_ms": {", ".join(c.labels): self.expected_ms(c) for c in self.candidates},
@@ -978,8 +982,11 @@ def report_noise(standings: Standings, progress: Listener) -> None:
         text += ": the machine is too noisy now to judge gains below that"
     load = standings.load
     text += load_words(load)
+    if standings.retimed:
+        text += f"; {standings.retimed} block(s) timed again: the hypervisor had taken their time"
     progress(Noise("layer", text, noise=standings.noise, rounds=standings.rounds,
-                   steal=load.steal if load else None, others=load.others if load else None))  # fmt: skip
+                   steal=load.steal if load else None, others=load.others if load else None,
+                   retimed=standings.retimed))  # fmt: skip
 
 
 def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, natives: Collection[str]) -> str | None:

@@ -13,7 +13,7 @@ import pytest
 from rlcompile.events import Noise
 from rlcompile.layer.selection import report_noise
 from rlcompile.manifest import LatencyRecord
-from rlcompile.measure import Contender, MeasureConfig, run_contest
+from rlcompile.measure import Contender, MeasureConfig, contest, run_contest
 from rlcompile.measure.load import CpuTicks, MachineLoad, cpu_ticks, load_words, machine_load
 
 TURNS = MeasureConfig(warmup=1, min_repeats=3, min_time_s=0.05, max_time_s=1.0)
@@ -63,3 +63,44 @@ def test_a_contest_beside_a_busy_program_says_that_program_took_the_cpus():
     report_noise(beside, events.append)
     [event] = events
     assert isinstance(event, Noise) and event.rounds == beside.rounds and event.others == beside.load.others
+
+
+class StolenTicks:
+    """Readings of ``/proc/stat`` (the one fault no test can cause: a hypervisor running other guests): each reading
+    100 ticks after the last, with the listed share of them stolen (none once the list is spent)."""
+
+    def __init__(self, stolen: list[float]) -> None:
+        self.stolen, self.total, self.steal = list(stolen), 0, 0
+
+    def __call__(self) -> CpuTicks:
+        self.total += 100
+        self.steal += round(100 * (self.stolen.pop(0) if self.stolen else 0.0))
+        return CpuTicks(self.steal, 0, self.total, 0.0)
+
+
+def per_block(stolen: list[float]) -> list[float]:
+    """:class:`StolenTicks`' shares for blocks read before and after each (nothing stolen before a block)."""
+    return [share for block in stolen for share in (0.0, block)]
+
+
+@pytest.mark.parametrize(("stolen", "retimed"), [([0.2], 1), ([0.2, 0.3, 0.4, 0.5], contest.RETIMES),
+                                                 ([0.05], 0), ([], 0)])  # fmt: skip
+def test_a_block_the_hypervisor_took_time_from_is_timed_again_up_to_a_limit(monkeypatch, stolen, retimed):
+    calls = []
+    monkeypatch.setattr(contest, "cpu_ticks", StolenTicks(per_block(stolen)))
+    block, again = contest.undisturbed_block(lambda: calls.append(1), TURNS)
+    assert again == retimed and block.repeats >= TURNS.min_repeats
+    assert len(calls) >= (retimed + 1) * (TURNS.warmup + TURNS.min_repeats)  # every timing ran the calls again
+
+
+def test_no_block_is_timed_again_past_the_deadline_and_a_contest_counts_those_it_timed_again(monkeypatch):
+    monkeypatch.setattr(contest, "cpu_ticks", StolenTicks(per_block([0.5])))
+    assert contest.undisturbed_block(lambda: None, TURNS, deadline=time.monotonic() - 1)[1] == 0
+    # the contest reads the machine once before its first block: then its first block, timed again, and its third
+    monkeypatch.setattr(contest, "cpu_ticks", StolenTicks([0.0, *per_block([0.5, 0.0, 0.0, 0.3])]))
+    contenders = [Contender("a", lambda: None), Contender("a twin", lambda: None, "a")]
+    standings = run_contest(contenders, TURNS, rounds=2)
+    assert standings.retimed == 2 and standings.rounds == 2
+    events = []
+    report_noise(standings, events.append)
+    assert events and events[0].retimed == 2
