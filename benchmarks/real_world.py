@@ -159,10 +159,12 @@ def select_predictions(manifest: Path) -> dict:
     """``plans`` (:func:`plan_predictions`), and the timing noise the predictions carry: ``noise``, how far the final
     contest's identical sessions differed, and ``calibration_noise``, how far the calibration's did (``None`` when
     the manifest is missing or has no twins); ``left_out``, the libraries left out of the plans, by the gain the table
-    gave them."""
+    gave them; ``retimed``, how many of the final contest's blocks were timed again after the hypervisor took their
+    time."""
     selection = json.loads(manifest.read_text())["selection"] if manifest.exists() else {}
     return {"plans": plan_predictions(manifest), "noise": selection.get("noise"),
-            "calibration_noise": selection.get("calibration_noise"), "left_out": selection.get("left_out")}
+            "calibration_noise": selection.get("calibration_noise"), "left_out": selection.get("left_out"),
+            "retimed": selection.get("retimed_blocks")}
 
 
 def plan_predictions(manifest: Path) -> list[dict] | None:
@@ -379,8 +381,13 @@ def left_out_line(selects: list[dict]) -> list[str]:
     if not any("left_out" in row for row in selects):
         return []
     said = ", ".join(f"{library} in {count}" for library, count in sorted(counts.items())) or "none"
-    return ["", f"Libraries left out of the plans (the table's optimum gained too little with them), of "
-                f"{len(selects)} runs: {said}."]
+    lines = ["", f"Libraries left out of the plans (the table's optimum gained too little with them), of "
+                 f"{len(selects)} runs: {said}."]
+    retimed = [row["retimed"] for row in selects if row.get("retimed") is not None]
+    if retimed:
+        lines[-1] += (f" Final-contest blocks timed again because the hypervisor took their time: {sum(retimed)}, "
+                      f"in {sum(count > 0 for count in retimed)} of {len(retimed)} runs.")
+    return lines
 
 
 def load_cell(load: dict | None) -> str:
