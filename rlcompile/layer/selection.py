@@ -628,8 +628,9 @@ def idle_band(table: LookupTable) -> float:
     """The least gain that keeps a library in the plans (:func:`~rlcompile.layer.problem.idle_libraries`): the tie
     band, or the calibration's noise when that is wider, as :func:`pick` widens ties to the contest's noise: a gain
     the table's own measurements cannot tell from their noise. In tally 66b (``select --budget 60s``) the table gave
-    PyTorch more than 2% on hf:deit, calibrated while identical runs differed by 10.6%, and its two plans with 12 and
-    21 PyTorch segments measured 0.69x and 0.81x their prediction (the probe had timed them 1.4-1.6x slower)."""
+    PyTorch more than 2% on hf:deit, calibrated while identical runs differed by 10.6%, and its two plans with PyTorch
+    groups (12 and 21 segments) measured 0.69x and 0.81x their prediction (the probe had timed them 1.4-1.6x
+    slower)."""
     return max(TIE_BAND, table_noise(table) or 0.0)
 
 
