@@ -143,7 +143,8 @@ def idle_libraries(problem: SelectionProblem, band: float) -> dict[str, float]:
     alone = {library: exact(problem.without([library])).total_ms for library in others}
     left: dict[str, float] = {}
     for library in sorted(alone, key=alone.__getitem__):
-        gain = exact(problem.without([*left, library])).total_ms / best - 1
+        without = exact(problem.without([*left, library])).total_ms if left else alone[library]
+        gain = without / best - 1
         if gain < band:
             left[library] = max(0.0, gain)
     return left
