@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -374,10 +375,7 @@ def markdown_summary(saved: dict) -> str:
 
 def left_out_line(selects: list[dict]) -> list[str]:
     """In how many ``select`` runs each library was left out of the plans (none when no run recorded it)."""
-    counts: dict[str, int] = {}
-    for row in selects:
-        for library in row.get("left_out") or {}:
-            counts[library] = counts.get(library, 0) + 1
+    counts = Counter(library for row in selects for library in row.get("left_out") or {})
     if not any("left_out" in row for row in selects):
         return []
     said = ", ".join(f"{library} in {count}" for library, count in sorted(counts.items())) or "none"
