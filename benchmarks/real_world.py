@@ -2,7 +2,7 @@
 
     python benchmarks/real_world.py [--models hf:bert-minilm,cf:gated,ocr-det,...|all] [--families text,vision]
                                     [--commands run,compare,tasks,graph,select,optimize]
-                                    [--out results/real_world] [--full-timing] [--select-budget 180s]
+                                    [--out results/real_world] [--full-timing] [--select-budget 180s|none]
                                     [--select-libraries ort,openvino]
 
 Models: the corpus (``rlcompile.models.corpus``: Hugging Face architectures exported by ``torch.onnx`` from
@@ -108,13 +108,18 @@ def model_specs(names: list[str], out: Path) -> dict[str, list[str]]:
 def command_arguments(command: str, full_timing: bool = False, select_budget: str | None = None,
                       select_libraries: str | None = None) -> list[str]:  # fmt: skip
     """``command``'s arguments (:data:`COMMANDS`); ``full_timing``: without ``--quick`` (every measurement at the
-    default timing: longer blocks, more rounds); ``select_budget``: ``select``'s ``--budget`` instead of 60 s;
-    ``select_libraries``: ``select``'s ``--libraries`` instead of its default."""
+    default timing: longer blocks, more rounds); ``select_budget``: ``select``'s ``--budget`` instead of 60 s
+    (``"none"``: no budget, as ``select`` runs by default); ``select_libraries``: ``select``'s ``--libraries``
+    instead of its default."""
     arguments = list(COMMANDS[command])
     if full_timing and "--quick" in arguments:
         arguments.remove("--quick")
     if select_budget is not None and command == "select":
-        arguments[arguments.index("--budget") + 1] = select_budget
+        at = arguments.index("--budget")
+        if select_budget.lower() == "none":
+            del arguments[at:at + 2]
+        else:
+            arguments[at + 1] = select_budget
     if select_libraries is not None and command == "select":
         arguments += ["--libraries", select_libraries]
     return arguments
@@ -260,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redo", action="store_true", help="run the selected (model, command) pairs again")
     parser.add_argument("--full-timing", action="store_true",
                         help="run the commands without --quick: every measurement at the default timing")
-    parser.add_argument("--select-budget", default=None, help="select's --budget (default 60s)")
+    parser.add_argument("--select-budget", default=None,
+                        help="select's --budget (default 60s; none: no budget, as select runs by default)")
     parser.add_argument("--select-libraries", default=None, help="select's --libraries (default: its own)")
     args = parser.parse_args(argv)
     path = args.out / "real_world.json"
