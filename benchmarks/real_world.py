@@ -58,6 +58,8 @@ COMMANDS = {
 TIMEOUT_S = 1200
 #: Issue 32's criterion: the lookup table predicts every measured plan within this fraction.
 PREDICTION_BAND = 0.15
+#: A miss is the measurement's own when the table priced the plan within this of its probe's measurement.
+FIT_BAND = 0.05
 
 
 def quantised_copy(source: Path, folder: Path) -> Path:
@@ -315,6 +317,31 @@ def probe_lines(plans: list[list[dict] | None]) -> list[str]:
     return ["", line]
 
 
+def miss_kind(plan: dict) -> str:
+    """Why a plan outside :data:`PREDICTION_BAND` missed: ``"repeat"`` when the table priced it within
+    :data:`FIT_BAND` of its probe's measurement and the final contest measured it outside the band from that probe
+    (the same plan measured twice in one process: what no table can predict both of), ``"fit"`` when the table's
+    price was off its probe, ``"unprobed"`` when no probe measured it whole."""
+    ratios = probe_ratios(plan)
+    if ratios is None:
+        return "unprobed"
+    again, fitted, _ = ratios
+    return "repeat" if abs(fitted - 1) <= FIT_BAND and abs(again - 1) > PREDICTION_BAND else "fit"
+
+
+def miss_lines(plans: list[list[dict] | None]) -> list[str]:
+    """The plans outside :data:`PREDICTION_BAND` of their prediction, by :func:`miss_kind`."""
+    misses = [plan for one in plans for plan in one or []
+              if (ratio := prediction_ratio(plan)) is not None and abs(ratio - 1) > PREDICTION_BAND]  # fmt: skip
+    if not misses:
+        return []
+    kinds = Counter(miss_kind(plan) for plan in misses)
+    return ["", f"Of the {len(misses)} plans outside {PREDICTION_BAND:.0%} of their prediction, {kinds['repeat']} "
+                f"were priced within {FIT_BAND:.0%} of their probe's measurement and measured again outside "
+                f"{PREDICTION_BAND:.0%} of it by the final contest (the measurement did not repeat), {kinds['fit']} "
+                f"were priced off their probe (the fit), {kinds['unprobed']} were never probed whole."]
+
+
 def rounds_line(plans: list[list[dict] | None]) -> list[str]:
     """How the plans timed in every round of their final contest were predicted, against those timed in fewer (left
     at the first batch's rounds, out of contention): what a plan's number of blocks does to its measurement."""
@@ -371,6 +398,7 @@ def markdown_summary(saved: dict) -> str:
               f"prediction at that round's library speeds, the median): {within['others by round']} of "
               f"{priced['others by round']} others."]
     lines += probe_lines(plans)
+    lines += miss_lines(plans)
     lines += rounds_line(plans)
     lines += left_out_line([row for key, row in saved.items() if key.endswith("/select")])
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
