@@ -135,6 +135,8 @@ PROBE_SHARE = 0.3
 #: them, and a probe of five rounds caught 23.7 ms (the final contest 9.3); after the exact refit (tally 44) every
 #: miss left was a plan whose probe was 1.3-2.5x its final measurement.
 BLOCK_SPREAD = 0.3
+#: The probe's blocks, as a share of the final contest's (a deadline shortens both to fit). PLACEHOLDER
+PROBE_TIME_SHARE = 1.0
 #: With a deadline, the probe's first batch is fitted into this share of its time, leaving the rest for that second
 #: batch.
 PROBE_FIRST_BATCH_SHARE = 0.6
@@ -693,7 +695,8 @@ def refine(problem: SelectionProblem, result: SolverResult, candidates: list[Can
     """
     progress(Phase("layer", "probing the plans to check the table's boundary costs", "probe"))
     timed = probe_candidates(candidates)
-    probe = replace(timing, min_time_s=timing.min_time_s / 4, min_repeats=max(3, timing.min_repeats // 2))
+    probe = replace(timing, min_time_s=timing.min_time_s * PROBE_TIME_SHARE,
+                    min_repeats=max(3, timing.min_repeats // 2))  # fmt: skip
     settle = Settle(target=math.inf, max_batches=2, deadline=deadline, spread=BLOCK_SPREAD)
     gauges = gauge_calls(natives)
     if deadline is not None:
