@@ -140,7 +140,8 @@ BLOCK_SPREAD = 0.3
 #: probe timed a quarter of the final's blocks (``select --quick``: 5 rounds of 3 calls of a 9 ms plan), and 24 of the
 #: 32 misses of tallies 66a-67a were plans priced within 5% of their probe and measured again outside 15% of it.
 #: With full blocks (tally 67c against 67a, the same 14 models without a budget) 30 of 33 mixed plans measured within
-#: 10% of their probe (26 of 31), within the spread of earlier tallies (74-97%); the runs took 0.8-1.3x as long.
+#: 10% of their probe (26 of 31), within the spread of earlier tallies (74-97%); the runs took 0.76-1.43x as long
+#: (1.09x in all).
 PROBE_TIME_SHARE = 1.0
 #: With a deadline, the probe's first batch is fitted into this share of its time, leaving the rest for that second
 #: batch.
