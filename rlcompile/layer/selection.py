@@ -141,7 +141,8 @@ BLOCK_SPREAD = 0.3
 #: 32 misses of tallies 66a-67a were plans priced within 5% of their probe and measured again outside 15% of it.
 #: With full blocks (tally 67c against 67a, the same 14 models without a budget) 30 of 33 mixed plans measured within
 #: 10% of their probe (26 of 31), within the spread of earlier tallies (74-97%); the runs took 0.76-1.43x as long
-#: (1.09x in all).
+#: (1.09x in all). At ``select --budget 60s`` (tallies 67e-f, all 28 corpus models, the VM quieter than at stop 66):
+#: 64 of 66 (66f: 28 of 36; 66d-e: 26 of 35), and 116 of 118 plans within 15% of their prediction.
 PROBE_TIME_SHARE = 1.0
 #: With a deadline, the probe's first batch is fitted into this share of its time, leaving the rest for that second
 #: batch.
