@@ -40,35 +40,30 @@ from rlcompile.layer.in_context import (
     whole_model_prices,
 )
 from rlcompile.layer.problem import SelectionProblem
+from rlcompile.layer.segments import library_runs
+from rlcompile.layer.selection import Candidate, plan_price, pricing_problem
 from rlcompile.layer.table import LookupTable
 
 
-def contiguous_segments(assignment: list[str]) -> list[tuple[str, tuple[int, ...]]]:
-    """The plan's segments: each run of consecutive groups in one library."""
-    segments, start = [], 0
-    for k in range(1, len(assignment) + 1):
-        if k == len(assignment) or assignment[k] != assignment[start]:
-            segments.append((assignment[start], tuple(range(start, k))))
-            start = k
-    return segments
+def manifest_candidate(plan: dict) -> Candidate:
+    """A plan of the manifest as ``select`` held it, for its own pricing functions (no engine, no measurement)."""
+    return Candidate(plan["labels"], plan["assignment"], float("nan"), single=plan.get("single") or [])
 
 
-def plan_price(plan: dict, problem: SelectionProblem) -> float:
-    """What the table says ``plan`` costs, priced as ``select`` prices it (a single-library plan as calibrated)."""
-    calibrated = problem.table.notes.get("single_library_ms") or {}
-    if plan.get("single") and plan["single"][0] in calibrated:
-        return calibrated[plan["single"][0]]
-    priced_by = problem if len(set(plan["assignment"])) > 1 else SelectionProblem(whole_model_prices(problem.table))
-    return priced_by.total(priced_by.choices(plan["assignment"]))
+def price(plan: dict, problem: SelectionProblem) -> float:
+    """What the table says ``plan`` costs, priced as ``select`` prices it (:func:`~rlcompile.layer.selection.
+    plan_price`)."""
+    return plan_price(manifest_candidate(plan), problem, SelectionProblem(whole_model_prices(problem.table)))
 
 
 def timed_segments(plan: dict) -> list[TimedSegment] | None:
     """The plan's segments with their clocks at the table's speed, or ``None`` when the manifest has no clocks."""
-    segments, clocks = contiguous_segments(plan["assignment"]), plan.get("segment_ms") or []
-    if len(segments) != len(clocks) or not clocks or not plan.get("probe_ms"):
+    runs, clocks = library_runs(plan["assignment"]), plan.get("segment_ms") or []
+    if len(runs) != len(clocks) or not clocks or not plan.get("probe_ms"):
         return None
     scale = plan["probe_ms"][0] / sum(clocks)
-    return [TimedSegment(library, groups, ms * scale) for (library, groups), ms in zip(segments, clocks, strict=True)]
+    return [TimedSegment(plan["assignment"][run[0]], tuple(run), ms * scale)
+            for run, ms in zip(runs, clocks, strict=True)]  # fmt: skip
 
 
 def segment_rows(plan: dict, segments: list[TimedSegment], problem: SelectionProblem) -> list[dict]:
@@ -85,19 +80,19 @@ def replay(run: Path) -> dict:
     problem = SelectionProblem(table).without(set(selection.get("left_out") or {}))
     plans = [plan for plan in selection["candidates"]
              if plan.get("probe_ms") and "(refined" not in plan["labels"][0]]  # fmt: skip
-    record = {plan["labels"][0]: {"probe_ms": plan["probe_ms"][0], "price_ms": plan_price(plan, problem),
+    record = {plan["labels"][0]: {"probe_ms": plan["probe_ms"][0], "price_ms": price(plan, problem),
                                   "run_fitted_ms": (plan.get("fitted_ms") or [None])[0]} for plan in plans}  # fmt: skip
     whole = SelectionProblem(whole_model_prices(problem.table))
-    fit = fit_plans(problem.table, [(problem if len(set(p["assignment"])) > 1 else whole, p["assignment"],
+    fit = fit_plans(problem.table, [(pricing_problem(manifest_candidate(p), problem, whole), p["assignment"],
                                      p["probe_ms"][0]) for p in plans])  # fmt: skip
     apply_fit(problem.table, fit)
     problem = problem.on(problem.table)
     timed = [(plan, segments) for plan in plans if plan["segments"] > 1 and (segments := timed_segments(plan))]
     for plan in plans:
-        record[plan["labels"][0]]["after_plan_fit_ms"] = plan_price(plan, problem)
+        record[plan["labels"][0]]["after_plan_fit_ms"] = price(plan, problem)
     problem = apply_group_prices(problem, fit_group_prices(problem, [(p["assignment"], s) for p, s in timed]))
     for plan in plans:
-        record[plan["labels"][0]]["after_segment_fit_ms"] = plan_price(plan, problem)
+        record[plan["labels"][0]]["after_segment_fit_ms"] = price(plan, problem)
     for plan, segments in timed:
         record[plan["labels"][0]]["segments"] = segment_rows(plan, segments, problem)
     return {"run": str(run), "model": selection.get("model"), "plans": record,

@@ -39,12 +39,7 @@ def cut_segments(groups: Sequence[FusionGroup], assignment: Sequence[str],
     """Consecutive groups with the same library, with the activations each segment reads and writes."""
     if len(assignment) != len(groups):
         raise ValueError(f"plan has {len(assignment)} choices for {len(groups)} groups")
-    runs: list[list[int]] = []
-    for index, library in enumerate(assignment):
-        if runs and assignment[runs[-1][-1]] == library:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
+    runs = library_runs(assignment)
     readers: dict[str, set[int]] = {}
     for index, group in enumerate(groups):
         for name in group.inputs:
@@ -58,6 +53,17 @@ def cut_segments(groups: Sequence[FusionGroup], assignment: Sequence[str],
                    if name in model_outputs or readers.get(name, set()) - members]  # fmt: skip
         segments.append(Segment(assignment[run[0]], run, inputs, outputs))
     return segments
+
+
+def library_runs(assignment: Sequence[str]) -> list[list[int]]:
+    """The indices of each run of consecutive groups that ``assignment`` gives one library: a plan's segments."""
+    runs: list[list[int]] = []
+    for index, library in enumerate(assignment):
+        if runs and assignment[runs[-1][-1]] == library:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return runs
 
 
 def boundary_values(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict:
