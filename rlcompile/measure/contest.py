@@ -123,6 +123,10 @@ class Settle:
     disagree (its slowest block median more than ``1 + spread`` times its fastest), timed beside the twins and the
     contenders they copy (the gauges its speed is judged by), within the batches and the deadline: a plan that
     runs slow in one block in five is measured in more of the machine's states before its median is taken.
+
+    With ``min_batches``, every contender is timed in that many batches, within the deadline, however close the
+    twins are: the twins agreeing says the machine was steady, not that each contender's median of a few blocks is
+    (for a contest each of whose measurements is checked against a prediction).
     """
 
     target: float = SETTLED_NOISE
@@ -131,6 +135,7 @@ class Settle:
     contention: float = 0.10
     everyone: bool = False
     spread: float | None = None
+    min_batches: int = 1
 
     def allows(self, noise: float | None, batches: int, batch_seconds: float) -> bool:
         """Whether one more batch is measured while the twins disagree."""
@@ -381,6 +386,8 @@ def settling_batch(contenders: Sequence[Contender], standings: Standings, settle
                    turns: Sequence[float]) -> list[int]:  # fmt: skip
     """Indices of the contenders the next settling batch times, by how long each one's turns took in the last
     batch (``turns``); none when the contest is settled or out of time (:class:`Settle`)."""
+    if batches < settle.min_batches and settle.has_room(batches, sum(turns)):
+        return list(range(len(contenders)))
     if settle.everyone and settle.allows(standings.noise, batches, sum(turns)):
         return list(range(len(contenders)))
     close = in_contention(contenders, standings, settle.contention)

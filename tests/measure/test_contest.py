@@ -134,6 +134,20 @@ def test_a_contest_that_settles_everyone_times_only_the_close_ones_when_just_the
     assert settled["original"].repeats == 3 * settled.rounds
 
 
+def test_a_contest_with_a_least_number_of_batches_times_everyone_that_often_though_the_twins_agree():
+    """Twins that agree from the first batch settle no contest, but ``min_batches`` still times every contender in
+    that many batches (each contender's median, not only the twins', from more of the machine's states); a batch
+    that does not fit before the deadline is not started."""
+    contenders = [Contender("original", sleeper(2)), Contender("twin", sleeper(2), twin_of="original"),
+                  Contender("far behind", sleeper(6))]  # fmt: skip
+    assert run_contest(contenders, BLOCKS, rounds=2, settle=Settle(target=0.5)).rounds == 2
+    settled = run_contest(contenders, BLOCKS, rounds=2, settle=Settle(target=0.5, min_batches=3))
+    assert settled.rounds == 6
+    assert settled["far behind"].repeats == settled["original"].repeats == 3 * 6
+    late = Settle(target=0.5, min_batches=3, deadline=time.monotonic())
+    assert run_contest(contenders, BLOCKS, rounds=2, settle=late).rounds == 2
+
+
 def test_a_contender_whose_blocks_disagree_gets_another_batch_beside_the_twins_and_no_one_else():
     """Its first block runs 3x slower than the rest (a plan in a slow state of the machine for one block): with
     ``spread``, another batch times it and the twins it is judged beside; a steady contender keeps one batch, and a
