@@ -148,11 +148,11 @@ PROBE_TIME_SHARE = 1.0
 #: rounds, whatever the twins say (:class:`~rlcompile.measure.contest.Settle`'s ``min_batches``): the table is
 #: fitted to the probe and judged by the final contest, and both had stopped after one batch (5 rounds) whenever the
 #: twins agreed within 2%. In tally 68a (the first 14 corpus models, ``select --quick`` without a budget, stop 67's
-#: code) 30 of 47 probes were of 5 rounds; the measured/predicted ratios had an RMS log of 0.063 (the probe against the
-#: final contest, the same plan at the table's speed, 0.066), and hf:gpt2's three mixed plans, probed and measured in
-#: 5 rounds each, came out 0.86-0.91x their prediction. With two batches at least (tally 68c, the same models, the VM
-#: as quiet): RMS log 0.041 (the probe against the final contest 0.043), every plan within 1.111x, the 14 runs 1.05x
-#: as long in all.
+#: code, a quiet 2-core Zen 3 VM) 30 of 47 probes were of 5 rounds; the measured/predicted ratios had an RMS log of
+#: 0.063 (the probe against the final contest, the same plan at the table's speed, 0.066), and hf:gpt2's three mixed
+#: plans, probed and measured in 5 rounds each, came out 0.86-0.91x their prediction. With two batches at least
+#: (tally 68c, the same models, the VM as quiet): RMS log 0.041 (the probe against the final contest 0.043), every
+#: plan within 1.111x, the 14 runs 1.05x as long in all.
 UNHURRIED_BATCHES = 2
 #: With a deadline, the probe's first batch is fitted into this share of its time, leaving the rest for that second
 #: batch.
