@@ -35,6 +35,7 @@ leaving a library, charged to the sending segment beside the entry the receiving
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from collections.abc import Sequence
@@ -94,11 +95,16 @@ def read_run(run: Path) -> tuple[LookupTable, dict, list[dict]]:
     return table, selection, plans
 
 
+def run_problem(table: LookupTable, selection: dict) -> SelectionProblem:
+    """The problem ``select`` solved on ``table``: without the libraries it left out."""
+    return SelectionProblem(table).without(set(selection.get("left_out") or {}))
+
+
 def fitted_problem(table: LookupTable, selection: dict, plans: list[dict],
                    records: Sequence[dict] = ()) -> SelectionProblem:  # fmt: skip
     """The problem on ``table`` after the first probe's two fits to ``plans``, as ``select`` fits them (the table is
     changed in place); each of ``records`` (a plan's record, its ``plan`` in it) gets its price between the fits."""
-    problem = SelectionProblem(table).without(set(selection.get("left_out") or {}))
+    problem = run_problem(table, selection)
     whole = SelectionProblem(whole_model_prices(problem.table))
     fit = fit_plans(problem.table, [(pricing_problem(manifest_candidate(p), problem, whole), p["assignment"],
                                      p["probe_ms"][0]) for p in plans])  # fmt: skip
@@ -116,7 +122,8 @@ def replay(run: Path) -> dict:
     segment priced by the fit to the others alone (``left_out_ms``): what the table predicts for a plan it has not
     seen, as it predicts the plans a solver finds on the corrected table."""
     table, selection, plans = read_run(run)
-    start = SelectionProblem(table).without(set(selection.get("left_out") or {}))
+    calibrated = copy.deepcopy(table)  # each fit changes its table in place
+    start = run_problem(table, selection)
     prices = {plan["labels"][0]: {"plan": plan, "probe_ms": plan["probe_ms"][0], "price_ms": price(plan, start),
                                   "run_fitted_ms": (plan.get("fitted_ms") or [None])[0]} for plan in plans}  # fmt: skip
     problem = fitted_problem(table, selection, plans, list(prices.values()))
@@ -126,8 +133,7 @@ def replay(run: Path) -> dict:
         if plan["segments"] > 1 and (segments := timed_segments(plan)):
             record["segments"] = segment_rows(plan, segments, problem)
             others = [other for other in plans if other is not plan]
-            fresh, _, _ = read_run(run)
-            record["left_out_ms"] = price(plan, fitted_problem(fresh, selection, others))
+            record["left_out_ms"] = price(plan, fitted_problem(copy.deepcopy(calibrated), selection, others))
     return {"run": str(run), "model": selection.get("model"), "plans": prices,
             "boundary_scales": problem.table.boundary_scales, "entry_ms": problem.table.segment_entry_ms}  # fmt: skip
 
