@@ -65,6 +65,11 @@ class CountingEvaluator(Evaluator):
     units' summed output deviation (so no unit alone changes it); each int8 unit saves 1 ms of 10."""
 
     deviations: tuple[float, ...] = ()
+    #: whether its probe run gives the units' deviations (else it fails, as on a graph the probe cannot copy)
+    probed: bool = False
+
+    def sensitivity(self, mode: Mode) -> np.ndarray | None:
+        return np.array(self.deviations) if self.probed else super().sensitivity(mode)
 
     def __call__(self, plan: PrecisionPlan) -> Evaluation:
         if plan in self.cache:
@@ -81,10 +86,47 @@ class CountingEvaluator(Evaluator):
         return evaluation
 
 
-def counting(deviations: list[float], max_evaluations: int = 200) -> CountingEvaluator:
+def counting(deviations: list[float], max_evaluations: int = 200, probed: bool = False) -> CountingEvaluator:
     units = [Unit(i, f"g{i}", (f"n{i}",), 1.0) for i in range(len(deviations))]
     return CountingEvaluator(units, None, {}, None, None, [], 0.0, 0.01, 1, max_evaluations=max_evaluations,
-                             deviations=tuple(deviations))  # fmt: skip
+                             deviations=tuple(deviations), probed=probed)  # fmt: skip
+
+
+def test_greedy_raises_back_the_most_sensitive_groups_by_doubling_then_bisecting():
+    from rlcompile.layer.precision.solvers import greedy
+
+    # 40 groups, 0.05 down to 0.011: within once the summed deviation left in int8 is below 0.1 (no sample wrong),
+    # that is with the 7 least sensitive alone (0.098): 33 raised back
+    deviations = [0.05 - 0.001 * i for i in range(40)]
+    evaluator = counting(deviations, probed=True)
+    found = greedy(evaluator, [Mode("openvino")], seed=0)
+    assert found.notes["ranked_by"] == "local deviation" and found.notes["ranking"][:2] == ["g0", "g1"]
+    assert found.notes["raised"] == 33 and found.best.within and found.best.plan.int8 == frozenset(range(33, 40))
+    # all int8 and float (the paying mode), 1 ... 32 raised back (6 misses), then 36, 34, 33: not one plan per group
+    assert found.evaluations == 2 + 6 + 3
+
+
+def test_without_a_probe_greedy_ranks_by_reverting_each_group_and_the_proxy_measures_each_alone():
+    from rlcompile.layer.precision.solvers import greedy, proxy
+
+    evaluator = counting([0.06, 0.01, 0.01, 0.01, 0.01, 0.01])  # its probe fails: no quantizer
+    found = greedy(evaluator, [Mode("openvino")], seed=0)
+    assert found.notes["ranked_by"] == "reverting each group" and found.notes["probe_failed"]
+    assert found.best.plan.int8 == frozenset({1, 2, 3, 4, 5})
+    alone = {PrecisionPlan(Mode("openvino"), frozenset({i})) for i in range(6)}
+    assert not alone <= set(evaluator.visited)
+    proxy(evaluator, [Mode("openvino")], seed=0)
+    assert alone <= set(evaluator.visited)
+
+
+def test_the_proxy_on_a_probe_measures_no_group_alone():
+    from rlcompile.layer.precision.solvers import BISECTION_STEPS, proxy
+
+    evaluator = counting([0.01, 0.02, 0.03, 0.04, 0.05, 0.06], probed=True)
+    found = proxy(evaluator, [Mode("openvino")], seed=0)
+    assert found.best is not None and found.best.within and len(found.best.plan.int8) >= 3
+    assert found.evaluations <= 2 + BISECTION_STEPS
+    assert not any(len(plan.int8) == 1 for plan in evaluator.visited)
 
 
 def test_the_proxy_bisects_on_output_deviation_when_a_counting_metric_does_not_add_up():
@@ -299,6 +341,69 @@ def test_each_runtime_gets_its_placement(tmp_path: Path, runtime: str, quantized
     quantizer.calibration = []  # one calibration serves both placements
     other_model = quantizer.quantized(["conv1"], placement_for(other))
     assert any(node.op_type == "QuantizeLinear" for node in other_model.graph.node)
+
+
+def conv_relu_conv() -> tuple[onnx.ModelProto, list]:
+    """Conv -> Relu (group a), Conv (b): ONNX Runtime's quantizer folds the Relu into the first convolution."""
+    from types import SimpleNamespace
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    weights = [numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), name)
+               for name in ("W1", "W2")]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "W2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]  # fmt: skip
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4, 8, 8])  # noqa: E731
+    graph = helper.make_graph(nodes, "chain", [value("x")], [value("y")], weights)
+    groups = [SimpleNamespace(name="a", nodes=["conv1", "relu1"], outputs=["r1"]),
+              SimpleNamespace(name="b", nodes=["conv2"], outputs=["y"])]  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups
+
+
+@pytest.mark.parametrize("runtime", ["ort", "openvino"])
+@pytest.mark.parametrize("build", [residual_block, conv_relu_conv])
+def test_the_probe_measures_each_group_lowered_alone_where_it_is_lowered(tmp_path: Path, runtime: str, build):
+    """One probe run gives, for every unit, what quantizing that unit alone does to its own output: the same
+    deviation as the model with only that unit in int8, read at the unit's convolution (never another unit's
+    error with it: the second convolution reads the float Relu's output though ONNX Runtime's all-int8 model
+    computes it in the first convolution)."""
+    from onnx import helper
+
+    from rlcompile.layer.precision.sensitivity import local_deviations
+    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.runtimes.ort import run_proto_on_each
+
+    proto, groups = build()
+    units = precision_units(proto, groups)
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(proto, feeds, tmp_path)
+    probed = local_deviations(quantizer, units, placement_for(runtime), feeds)
+
+    def at_output(model: onnx.ModelProto, node_name: str) -> list[np.ndarray]:
+        """The node's own output (ONNX Runtime's quantizer renames it when it quantizes it)."""
+        name = next(node for node in model.graph.node if node.name == node_name).output[0]
+        model.graph.output.append(helper.make_empty_tensor_value_info(name))
+        return [outputs[-1] for outputs in run_proto_on_each(model, feeds)]
+
+    for unit, deviation in zip(units, probed, strict=True):
+        exact = at_output(onnx.load_from_string(proto.SerializeToString()), unit.nodes[0])
+        alone = at_output(quantizer.quantized(unit.nodes, placement_for(runtime)), unit.nodes[0])
+        expected = np.mean([np.linalg.norm(q - f) / np.linalg.norm(f) for q, f in zip(alone, exact, strict=True)])
+        assert 0 < deviation == pytest.approx(expected, rel=1e-4)
+
+
+def test_the_probe_runs_on_a_whole_model(tmp_path: Path):
+    from rlcompile.layer.group_table import group_model
+    from rlcompile.layer.precision.sensitivity import local_deviations
+    from rlcompile.layer.precision.space import precision_units
+
+    grouped = group_model(load_model("lenet5"))
+    feeds = [{"input": np.random.default_rng(i).standard_normal((1, 1, 32, 32)).astype(np.float32)} for i in range(4)]
+    units = precision_units(grouped.proto, grouped.groups)
+    deviations = local_deviations(Quantizer(grouped.proto, feeds, tmp_path), units, placement_for("openvino"), feeds)
+    assert len(deviations) == len(units) >= 4 and np.all((deviations > 0) & (deviations < 0.1))
 
 
 @pytest.fixture(scope="module")

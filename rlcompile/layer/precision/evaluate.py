@@ -26,7 +26,8 @@ from rlcompile.layer.precision.contract import (
     within_tolerance,
 )
 from rlcompile.layer.precision.quantize import Quantizer, placement_for
-from rlcompile.layer.precision.space import PrecisionPlan, Unit
+from rlcompile.layer.precision.sensitivity import local_deviations
+from rlcompile.layer.precision.space import Mode, PrecisionPlan, Unit
 from rlcompile.measure import QUICK, LatencyStats, MeasureConfig, measure_latency
 from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
 
@@ -85,6 +86,8 @@ class Evaluator:
     cache: dict[PrecisionPlan, Evaluation] = field(default_factory=dict)
     #: plans in the order they were first evaluated
     visited: list[PrecisionPlan] = field(default_factory=list)
+    #: each runtime's units' local deviations (:meth:`sensitivity`), or why the probe failed
+    sensitivities: dict[str, np.ndarray | str] = field(default_factory=dict)
 
     @property
     def spent(self) -> bool:
@@ -127,6 +130,22 @@ class Evaluator:
         self.cache[plan] = evaluation
         self.visited.append(plan)
         return evaluation
+
+    def sensitivity(self, mode: Mode) -> np.ndarray | None:
+        """Each unit's local deviation in ``mode``'s runtime's placement, from one probe run on the calibration
+        samples (:mod:`~rlcompile.layer.precision.sensitivity`; cached); ``None`` when the probe cannot run
+        (why: :attr:`sensitivities`). Raises :class:`BudgetSpent` when a new probe is not allowed."""
+        if mode.runtime not in self.sensitivities:
+            if self.spent:
+                raise BudgetSpent
+            try:
+                feeds = [self.samples.feeds(sample) for sample in self.samples.calibration]
+                found = local_deviations(self.quantizer, self.units, placement_for(mode.runtime), feeds)
+                self.sensitivities[mode.runtime] = found if np.all(np.isfinite(found)) else "non-finite deviations"
+            except Exception as error:  # a graph the probe cannot copy: the searches rank end to end instead
+                self.sensitivities[mode.runtime] = first_line(error)
+        found = self.sensitivities[mode.runtime]
+        return None if isinstance(found, str) else found
 
     def model(self, plan: PrecisionPlan) -> onnx.ModelProto:
         """The plan's ONNX model: the float model with its int8 units as QDQ nodes, placed for its runtime."""

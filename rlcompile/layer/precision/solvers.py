@@ -1,14 +1,16 @@
 """Searches over precision plans, one interface: ``solve(evaluator, modes, seed) -> SearchResult``.
 
 - ``uniform``: every mode with nothing and with everything in int8 (all fp32, all bf16, all int8 ...);
-- ``greedy``: NNCF's accuracy control: everything in int8, then groups raised back to float, the one
-  whose return lowers the error most first (ranked once, by reverting each alone), until within tolerance;
-- ``proxy``: the exact optimum of an additive proxy: each group's error when it alone is lowered, its
-  saving estimated by its share of the MACs times what lowering everything saves; the subset that saves
-  most with the summed errors within tolerance (a 0/1 knapsack, solved exactly), then measured. When that
-  plan leaves the tolerance, the errors did not add up (a metric that counts samples moves in steps: one
-  group alone changes no sample, many together do); the proxy is then each group's output deviation
-  (relative L2 to fp32, continuous), and its limit is bisected on measured plans;
+- ``greedy``: NNCF's accuracy control: everything in int8, then groups raised back to float, the most
+  sensitive first, until within tolerance. NNCF ranks by reverting each group alone, one end-to-end
+  evaluation per group; here each group's *local deviation* ranks them, all from one probe run
+  (:mod:`rlcompile.layer.precision.sensitivity`), and the count raised back is found by doubling and
+  bisection rather than one at a time;
+- ``proxy``: the exact optimum of an additive proxy: each group's error when it alone is lowered (its local
+  deviation), its saving estimated by its share of the MACs times what lowering everything saves; the
+  subset that saves most with the summed deviations within a limit (a 0/1 knapsack, solved exactly), the
+  limit bisected on measured plans (deviations are not the metric: the plans say how much of them the
+  tolerance takes). Where the probe cannot run, each group alone lowered is measured end to end instead;
 - ``qlearning``: QS-DNN's agent: one decision per group (float or int8) after the mode, tabular Q-learning
   with epsilon-greedy episodes and experience replay (every plan measured before it, then its own), reward
   -latency/fp32 latency, or a penalty below any valid plan when the measured error leaves the tolerance; every
@@ -88,7 +90,12 @@ def paying_int8_mode(evaluator: Evaluator, modes: list[Mode]) -> Mode | None:
 
 
 def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
-    """All groups in int8, then raised back by sensitivity until within tolerance (NNCF's rule)."""
+    """All groups in int8, then raised back by sensitivity until within tolerance (NNCF's rule).
+
+    The most sensitive groups are raised first, ranked by each group's local deviation from one probe run
+    (:meth:`Evaluator.sensitivity`), or where the probe cannot run by reverting each group alone as NNCF does (one
+    evaluation per group). How many are raised is found by doubling the count until a plan is within tolerance,
+    then bisecting between the last miss and it (:func:`raise_back`)."""
     before = len(evaluator.visited)
     plans: list[PrecisionPlan] = []
     notes: dict = {}
@@ -96,29 +103,60 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         mode = paying_int8_mode(evaluator, modes)
         if mode is None:
             return SearchResult("greedy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
-        current = all_int8(evaluator)
-        plans.append(PrecisionPlan(mode, current))
-        first = evaluator(plans[-1])
-        if not first.within and evaluator.units:
-            reverted = {}
-            for i in sorted(current):  # each plan is the search's as soon as it is measured, budget or not
-                plans.append(PrecisionPlan(mode, current - {i}))
-                reverted[i] = evaluator(plans[-1])
-            ranking = sorted(current, key=lambda i: reverted[i].error if reverted[i].failure is None else np.inf)
-            notes["ranking"] = [evaluator.units[i].group for i in ranking]
-            for index in ranking:
-                current = current - {index}
-                plans.append(PrecisionPlan(mode, current))
-                if evaluator(plans[-1]).within:
-                    break
         notes["mode"] = mode.label
+        lowered = all_int8(evaluator)
+        plans.append(PrecisionPlan(mode, lowered))
+        if not evaluator(plans[-1]).within and evaluator.units:
+            ranking = sensitivity_ranking(evaluator, mode, plans, notes)
+            notes["ranking"] = [evaluator.units[i].group for i in ranking]
+            notes["raised"] = raise_back(evaluator, mode, lowered, ranking, plans)
     except BudgetSpent:
         notes["stopped"] = "budget spent"
     return SearchResult("greedy", evaluator.best(plans), len(evaluator.visited) - before, notes)
 
 
+def sensitivity_ranking(evaluator: Evaluator, mode: Mode, plans: list[PrecisionPlan], notes: dict) -> list[int]:
+    """The units, most sensitive first: by local deviation, else by the error with each one reverted alone from
+    all int8 (each such plan is measured and joins ``plans``: the search's as soon as it is measured)."""
+    deviations = evaluator.sensitivity(mode)
+    if deviations is not None:
+        notes["ranked_by"] = "local deviation"
+        return sorted(range(len(evaluator.units)), key=lambda i: -deviations[i])
+    notes |= {"ranked_by": "reverting each group", "probe_failed": evaluator.sensitivities.get(mode.runtime)}
+    lowered, reverted = all_int8(evaluator), {}
+    for i in sorted(lowered):
+        plans.append(PrecisionPlan(mode, lowered - {i}))
+        reverted[i] = evaluator(plans[-1])
+    return sorted(lowered, key=lambda i: reverted[i].error if reverted[i].failure is None else np.inf)
+
+
+def raise_back(evaluator: Evaluator, mode: Mode, lowered: frozenset[int], ranking: list[int],
+               plans: list[PrecisionPlan]) -> int:  # fmt: skip
+    """The fewest of ``ranking``'s first units raised back to float from ``lowered`` that bring the plan within
+    tolerance: 1, 2, 4 ... raised until a plan is within, then bisected between the last miss and it (about
+    2 log2(k) measured plans where raising one at a time takes k; every plan joins ``plans``). All of them raised
+    is the float plan, within by definition."""
+
+    def within(count: int) -> bool:
+        plans.append(PrecisionPlan(mode, lowered - frozenset(ranking[:count])))
+        return evaluator(plans[-1]).within
+
+    missed, count = 0, 1
+    while count < len(ranking) and not within(count):
+        missed, count = count, min(2 * count, len(ranking))
+    while count - missed > 1:
+        middle = (missed + count) // 2
+        missed, count = (missed, middle) if within(middle) else (middle, count)
+    return count
+
+
 def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
-    """The exact optimum of the additive proxy, measured; on a miss, the deviation proxy's limit bisected."""
+    """The exact optimum of the additive proxy, measured, its limit bisected on measured plans.
+
+    Each group's error is its local deviation (:meth:`Evaluator.sensitivity`: one probe run); where the probe
+    cannot run, each group alone lowered is measured end to end and the optimum with the summed excess within the
+    tolerance is tried first (a counting metric moves in steps and rarely adds up: the groups' deviations then
+    serve)."""
     before = len(evaluator.visited)
     plans: list[PrecisionPlan] = []
     notes: dict = {}
@@ -126,32 +164,46 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         mode = paying_int8_mode(evaluator, modes)
         if mode is None:
             return SearchResult("proxy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
+        notes["mode"] = mode.label
         float_ms = evaluator(PrecisionPlan(mode)).ms
         lowered_ms = evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms
         saving = weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
-        alone = [evaluator(PrecisionPlan(mode, frozenset({i}))) for i in range(len(evaluator.units))]
-        costs = np.array([max(e.excess, 0.0) if e.failure is None else np.inf for e in alone])
-        chosen = knapsack(saving, costs, evaluator.tolerance)
-        plans.append(PrecisionPlan(mode, frozenset(chosen)))
-        notes |= {"mode": mode.label, "proxy_saving_ms": float(saving[chosen].sum())}
-        if not evaluator(plans[-1]).within:
-            notes["bisected"] = bisect_deviation(evaluator, mode, saving, alone, plans)
+        deviations = evaluator.sensitivity(mode)
+        if deviations is None:
+            notes["probe_failed"] = evaluator.sensitivities.get(mode.runtime)
+            deviations = alone_deviations(evaluator, mode, saving, plans, notes)
+        if deviations is not None:
+            notes["bisected"] = bisect_deviation(evaluator, mode, saving, deviations, plans)
     except BudgetSpent:
         notes["stopped"] = "budget spent"
     return SearchResult("proxy", evaluator.best(plans), len(evaluator.visited) - before, notes)
+
+
+def alone_deviations(evaluator: Evaluator, mode: Mode, saving: np.ndarray, plans: list[PrecisionPlan],
+                     notes: dict) -> np.ndarray | None:  # fmt: skip
+    """Each group alone lowered, measured; the optimum with the summed excess within the tolerance, measured.
+    ``None`` when that plan is within; else each group's end-to-end deviation (infinite where it alone leaves the
+    tolerance or fails: it stays float)."""
+    alone = [evaluator(PrecisionPlan(mode, frozenset({i}))) for i in range(len(evaluator.units))]
+    costs = np.array([max(e.excess, 0.0) if e.failure is None else np.inf for e in alone])
+    chosen = knapsack(saving, costs, evaluator.tolerance)
+    plans.append(PrecisionPlan(mode, frozenset(chosen)))
+    notes["proxy_saving_ms"] = float(saving[chosen].sum())
+    if evaluator(plans[-1]).within:
+        return None
+    return np.array([e.deviation if e.within and e.failure is None and np.isfinite(e.deviation) else np.inf
+                     for e in alone])  # fmt: skip
 
 
 #: Measured plans the deviation proxy's bisection may spend.
 BISECTION_STEPS = 6
 
 
-def bisect_deviation(evaluator: Evaluator, mode: Mode, saving: np.ndarray, alone: list[Evaluation],
+def bisect_deviation(evaluator: Evaluator, mode: Mode, saving: np.ndarray, deviation: np.ndarray,
                      plans: list[PrecisionPlan]) -> list[float]:  # fmt: skip
-    """Knapsack optima on each group's output deviation, the limit bisected (geometrically) between one
-    group's least deviation and the sum of all: raised after a plan within the tolerance, lowered after a
-    miss. Groups that alone leave the tolerance or fail stay float. The limits tried, in order."""
-    deviation = np.array([e.deviation if e.within and e.failure is None and np.isfinite(e.deviation) else np.inf
-                          for e in alone])  # fmt: skip
+    """Knapsack optima on each group's deviation, the limit bisected (geometrically) between one group's least
+    deviation and the sum of all: raised after a plan within the tolerance, lowered after a miss. Groups of
+    infinite deviation stay float. The limits tried, in order."""
     finite = deviation[np.isfinite(deviation) & (deviation > 0)]
     if not finite.size:
         return []
