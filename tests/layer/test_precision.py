@@ -344,22 +344,48 @@ def test_each_runtime_gets_its_placement(tmp_path: Path, runtime: str, quantized
 
 
 def conv_relu_conv() -> tuple[onnx.ModelProto, list]:
-    """Conv -> Relu (group a), Conv (b): ONNX Runtime's quantizer folds the Relu into the first convolution."""
+    """Conv -> Relu (group a), Conv with a bias (b): ONNX Runtime's quantizer folds the Relu into the first
+    convolution, and writes the quantized bias as a DequantizeLinear of the bias's name."""
     from types import SimpleNamespace
 
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
-    weights = [numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), name)
-               for name in ("W1", "W2")]  # fmt: skip
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("W1", (4, 4, 3, 3)), ("W2", (4, 4, 3, 3)), ("B2", (4,)))]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "W2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]  # fmt: skip
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]  # fmt: skip
     value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4, 8, 8])  # noqa: E731
     graph = helper.make_graph(nodes, "chain", [value("x")], [value("y")], weights)
     groups = [SimpleNamespace(name="a", nodes=["conv1", "relu1"], outputs=["r1"]),
               SimpleNamespace(name="b", nodes=["conv2"], outputs=["y"])]  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups
+
+
+def test_a_plan_of_some_groups_is_derived_from_the_model_of_all_as_the_quantizer_writes_it(tmp_path: Path):
+    from rlcompile.layer.precision.quantize import derive
+    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.runtimes.ort import run_proto_on_each
+
+    proto, groups = conv_relu_conv()
+    units = precision_units(proto, groups)
+    nodes = [frozenset((*unit.nodes, *unit.companions)) for unit in units]
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(proto, feeds, tmp_path / "derived", quantizable=nodes[0] | nodes[1])
+    direct = Quantizer(proto, feeds, tmp_path / "direct")
+    openvino = placement_for("openvino")
+    for chosen in nodes:
+        derived = quantizer.quantized(chosen, openvino)
+        assert derived == derive(quantizer.quantized(nodes[0] | nodes[1], openvino), quantizer.proto, chosen)
+        onnx.checker.check_model(derived)
+        for ours, theirs in zip(run_proto_on_each(derived, feeds), run_proto_on_each(direct.quantized(chosen, openvino),
+                                                                                     feeds), strict=True):  # fmt: skip
+            np.testing.assert_array_equal(ours[0], theirs[0])
+    conv2 = next(node for node in quantizer.quantized(nodes[0], openvino).graph.node if node.name == "conv2")
+    assert list(conv2.input) == ["r1", "W2", "B2"]  # the float group reads the float bias of the bias's name again
+    everything = quantizer.quantized(nodes[0] | nodes[1], placement_for("ort"))  # the Relu is folded: no derivation
+    assert derive(everything, quantizer.proto, nodes[1]) is None
 
 
 @pytest.mark.parametrize("runtime", ["ort", "openvino"])

@@ -113,7 +113,8 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
         progress(Event("precision", f"precision: {name} left out: {why}"))
     units = precision_units(grouped.proto, grouped.groups) if "int8" in contract.lowered else []
     quantizer = Quantizer(grouped.proto, [samples.feeds(s) for s in samples.calibration],
-                          None if work is None else work / "int8")  # fmt: skip
+                          None if work is None else work / "int8",
+                          [name for unit in units for name in (*unit.nodes, *unit.companions)])  # fmt: skip
     evaluator = Evaluator(units, quantizer, created, samples, metric, reference, fp32_error, contract.tolerance,
                           threads, grouped=grouped, max_evaluations=max_evaluations or max(40, 4 * len(units) + 12),
                           deadline=deadline)  # fmt: skip

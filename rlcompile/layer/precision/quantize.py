@@ -89,6 +89,80 @@ def has_vnni() -> bool:
     return bool(cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
+def derive(full: onnx.ModelProto, float_proto: onnx.ModelProto, nodes: frozenset[str]) -> onnx.ModelProto | None:
+    """``full`` (a QDQ model of ``float_proto``) with only ``nodes`` left in int8, without the quantizer: every other
+    node of ``float_proto`` reads its float inputs again, and the QDQ nodes and quantized weights that nothing reads
+    any more are dropped. Each node in ``nodes`` keeps the QDQ inputs ``full`` gave it (the same calibrated scales
+    and weights the quantizer would write: ONNX Runtime's quantizer spends seconds per plan quantizing every
+    weight again, channel by channel). ``None`` where ``full`` lost a float node or renamed its outputs (ONNX
+    Runtime's placement folds a Relu into the convolution before it): only the quantizer can place that plan."""
+    float_nodes = {node.name: node for node in float_proto.graph.node}
+    kept = {node.name: node for node in full.graph.node if node.name in float_nodes}
+    if len(kept) != len(float_nodes) or any(list(kept[name].output) != list(node.output)
+                                            for name, node in float_nodes.items()):  # fmt: skip
+        return None
+    model = onnx.ModelProto()
+    model.CopyFrom(full)
+    separate_shadowed(model.graph, set(float_nodes), float_values(float_proto.graph))
+    for node in model.graph.node:
+        if node.name in float_nodes and node.name not in nodes:
+            del node.input[:]
+            node.input.extend(float_nodes[node.name].input)
+    drop_unread(model.graph, set(float_nodes))
+    present = {tensor.name for tensor in model.graph.initializer}
+    read = read_names(model.graph)
+    model.graph.initializer.extend(tensor for tensor in float_proto.graph.initializer
+                                   if tensor.name in read and tensor.name not in present)  # fmt: skip
+    return model
+
+
+def float_values(graph: onnx.GraphProto) -> set[str]:
+    """The names of ``graph``'s inputs, initializers and node outputs."""
+    names = {value.name for value in graph.input} | {tensor.name for tensor in graph.initializer}
+    return names | {out for node in graph.node for out in node.output}
+
+
+def separate_shadowed(graph: onnx.GraphProto, float_nodes: set[str], names: set[str]) -> None:
+    """Renames the outputs of the quantizer's own nodes that carry a float value's name (a quantized bias is the
+    DequantizeLinear of the bias's name), and what reads them, so a float node can read the float value again."""
+    renamed = {out: f"{out}/int8" for node in graph.node if node.name not in float_nodes
+               for out in node.output if out in names}  # fmt: skip
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name in renamed:
+                node.input[index] = renamed[name]
+        for index, name in enumerate(node.output):
+            if name in renamed:
+                node.output[index] = renamed[name]
+
+
+def read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name a node of ``graph`` reads, in its subgraphs (If/Loop bodies) too, and its outputs."""
+    names = {value.name for value in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for body in [attribute.g, *attribute.graphs]:
+                names |= read_names(body)
+    return names
+
+
+def drop_unread(graph: onnx.GraphProto, keep: set[str]) -> None:
+    """Removes the nodes not named in ``keep`` whose outputs nothing reads, until none is left, then the
+    initializers nothing reads."""
+    while True:
+        read = read_names(graph)
+        unread = [i for i, node in enumerate(graph.node) if node.name not in keep and not set(node.output) & read]
+        if not unread:
+            break
+        for index in reversed(unread):
+            del graph.node[index]
+    read = read_names(graph)
+    for index in reversed(range(len(graph.initializer))):
+        if graph.initializer[index].name not in read:
+            del graph.initializer[index]
+
+
 class SampleReader:
     """ONNX Runtime's calibration reader over a list of feeds."""
 
@@ -110,8 +184,10 @@ class Quantizer:
     """QDQ models of one float model, any set of its nodes in int8, from one calibration."""
 
     def __init__(self, proto: onnx.ModelProto, calibration: Sequence[dict[str, np.ndarray]],
-                 work: Path | None = None) -> None:  # fmt: skip
+                 work: Path | None = None, quantizable: Iterable[str] = ()) -> None:  # fmt: skip
         self.original = proto
+        #: every node a plan may quantize: a plan of some of them is derived from the model of all (:func:`derive`)
+        self.quantizable = frozenset(quantizable)
         #: why this model cannot be quantized (every int8 plan then fails with it), or None
         self.refusal: str | None = None
         try:
@@ -137,8 +213,14 @@ class Quantizer:
         if not key:
             return self.original
         if (placement, key) not in self.models:
-            target = self.work / f"int8-{len(self.models)}.onnx"
-            self.quantize(sorted(key), placement, target)
+            derived = None
+            if key < self.quantizable:
+                derived = derive(self.quantized(self.quantizable, placement), self.proto, key)
+            target = self.work / f"int8-{len(self.models)}.onnx"  # after the model of all took its own
+            if derived is None:
+                self.quantize(sorted(key), placement, target)
+            else:
+                onnx.save(derived, str(target))
             self.models[placement, key] = target
         return onnx.load(str(self.models[placement, key]))
 
