@@ -32,7 +32,7 @@ from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.layer.selection import Candidate, Selection, create_libraries, time_candidates
 from rlcompile.layer.selection import native_timers as make_native_timers
 from rlcompile.manifest import AccuracyRecord
-from rlcompile.measure import DEFAULT, Contender, MeasureConfig, Settle, run_contest
+from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import random_tensor
 from rlcompile.runtimes import Runner
 from rlcompile.runtimes.ort import run_proto_on_each
@@ -43,9 +43,8 @@ SEARCHES = ("uniform", "greedy", "proxy")
 #: How many of the searches' plans (fastest first, distinct) join the final contest.
 FINALISTS = 4
 #: How many of them (each search's best, then the fastest within tolerance) are timed in turns with the fastest
-#: fp32 plan to decide which are faster (:func:`screen`), and for how many rounds.
+#: fp32 plan to decide which are faster (:meth:`Evaluator.screen`).
 SCREENED = 6
-SCREEN_ROUNDS = 3
 #: The label of a precision candidate starts with this.
 PRECISION = "precision:"
 
@@ -176,7 +175,7 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
                         contract: AccuracyContract, samples: Samples, fp32_error: float,
                         deadline: float | None = None) -> list[Candidate]:  # fmt: skip
     """The fastest distinct plans within tolerance (each search's best first), as one-segment candidates;
-    only plans that run faster than every exact (fp32) plan when timed in turns with them (:func:`screen`)."""
+    only plans that run faster than every exact (fp32) plan when timed in turns with them (:meth:`Evaluator.screen`)."""
     exact = [e for e in evaluator.cache.values() if e.plan.exact and e.failure is None]
     within = sorted((e for e in evaluator.cache.values() if e.within and e.failure is None and not e.plan.exact),
                     key=lambda e: e.ms)  # fmt: skip
@@ -184,7 +183,7 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
     for evaluation in [*(s.best for s in searches if s.best and not s.best.plan.exact), *within]:
         if evaluation not in pool and len(pool) < SCREENED:
             pool.append(evaluation)
-    runners = screen(evaluator, exact + pool, deadline) if pool and exact else {}
+    runners = evaluator.screen(exact + pool, deadline) if pool and exact else {}
     exact_ms = min((e.ranking_ms for e in exact), default=np.inf)
     chosen = sorted((e for e in pool if e.ranking_ms < exact_ms), key=lambda e: e.ranking_ms)[:FINALISTS]
     found_by = {id(s.best): s.solver for s in reversed(searches) if s.best}  # the first search to find it
@@ -192,36 +191,11 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
                          runners.get(e.plan)) for e in chosen]  # fmt: skip
 
 
-def screen(evaluator: Evaluator, evaluations: list[Evaluation], deadline: float | None) -> dict[PrecisionPlan, Runner]:
-    """Set each evaluation's :attr:`~Evaluation.screened_ms`: its plan timed in turns with the others
-    (:data:`SCREEN_ROUNDS` rounds of the evaluator's brief blocks, ending by ``deadline``); a plan that no longer
-    compiles keeps only its brief time. Returns the runners it compiled (a finalist's candidate runs its own).
-
-    The searches time each plan once, briefly: on the 2-core Zen 4 VM, which runs 1.5-2x slower in spells of
-    tens of seconds, OpenVINO bf16's one block on PaddleOCR's recogniser measured 9.15 ms against fp32's 9.14 ms,
-    so bf16 (0.61x fp32 in turns) was left out of the final contest and ``optimize --precision auto`` kept fp32."""
-    feeds = evaluator.samples.feeds(evaluator.samples.validation[0])
-    contenders, timed, runners = [], {}, {}
-    for index, evaluation in enumerate(evaluations):
-        try:
-            runner = evaluator.compile(evaluation.plan)
-        except Exception:  # it ran in the search; its brief time judges it
-            continue
-        label = f"{index}: {evaluation.plan.label(len(evaluator.units))}"  # labels alone repeat (int8 k/n groups)
-        contenders.append(Contender.from_timer(label, runner.timed(feeds)))
-        timed[label], runners[evaluation.plan] = evaluation, runner
-    settle = Settle(max_batches=1, deadline=deadline) if deadline is not None else None
-    standings = run_contest(contenders, evaluator.timing, SCREEN_ROUNDS, settle)
-    for label, evaluation in timed.items():
-        evaluation.screened_ms = standings.median(label)
-    return runners
-
-
 def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Selection, contract: AccuracyContract,
                  samples: Samples, fp32_error: float, found_by: str,
                  runner: Runner | None = None) -> Candidate:  # fmt: skip
     """A one-segment candidate that runs ``evaluation``'s plan (on ``runner`` when it is already compiled, as
-    :func:`screen` compiles it), with its accuracy record."""
+    :meth:`Evaluator.screen` compiles it), with its accuracy record."""
     source, grouped, plan = evaluator.grouped, selection.grouped, evaluation.plan
     units = evaluator.units
     segment = Segment(plan.mode.runtime, list(range(len(source.groups))), list(source.inputs),

@@ -4,8 +4,8 @@
 - ``greedy``: NNCF's accuracy control: everything in int8, then groups raised back to float, the most
   sensitive first, until within tolerance. NNCF ranks by reverting each group alone, one end-to-end
   evaluation per group; here each group's *local deviation* ranks them, all from one probe run
-  (:mod:`rlcompile.layer.precision.sensitivity`), and the count raised back is found by doubling and
-  bisection rather than one at a time;
+  (:mod:`rlcompile.layer.precision.sensitivity`), and the count raised back is bisected rather than
+  raised one at a time;
 - ``proxy``: the exact optimum of an additive proxy: each group's error when it alone is lowered (its local
   deviation), its saving estimated by its share of the MACs times what lowering everything saves; the
   subset that saves most with the summed deviations within a limit (a 0/1 knapsack, solved exactly), the
@@ -80,13 +80,19 @@ INT8_DOES_NOT_PAY = "everything in int8 is not faster than the fastest float pla
 
 
 def paying_int8_mode(evaluator: Evaluator, modes: list[Mode]) -> Mode | None:
-    """The mode whose all-int8 plan ran fastest, when it ran faster than the fastest float plan; else ``None``
-    (lowering only some groups is then not expected to pay either, and the searches built on it stop)."""
+    """The mode whose all-int8 plan ran fastest, when it runs faster than the fastest float plan timed in turns with
+    it (:meth:`Evaluator.screen`: a plan's brief time alone can be a slow spell's); else ``None`` (lowering only
+    some groups is then not expected to pay either, and the searches built on it stop)."""
     if not evaluator.units:
         return None
     mode = fastest_int8_mode(evaluator, modes)
-    fastest_float = min(evaluator(PrecisionPlan(m)).ms for m in modes)
-    return mode if evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms < fastest_float else None
+    lowered = evaluator(PrecisionPlan(mode, all_int8(evaluator)))
+    fastest_float = min((evaluator(PrecisionPlan(m)) for m in modes), key=lambda e: e.ms)
+    if lowered.failure is not None:
+        return None
+    if lowered.screened_ms is None or fastest_float.screened_ms is None:
+        evaluator.screen([fastest_float, lowered], evaluator.search_deadline)
+    return mode if lowered.ranking_ms < fastest_float.ranking_ms else None
 
 
 def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
@@ -94,8 +100,7 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
 
     The most sensitive groups are raised first, ranked by each group's local deviation from one probe run
     (:meth:`Evaluator.sensitivity`), or where the probe cannot run by reverting each group alone as NNCF does (one
-    evaluation per group). How many are raised is found by doubling the count until a plan is within tolerance,
-    then bisecting between the last miss and it (:func:`raise_back`)."""
+    evaluation per group). How many are raised is bisected (:func:`raise_back`)."""
     before = len(evaluator.visited)
     plans: list[PrecisionPlan] = []
     notes: dict = {}
@@ -133,17 +138,18 @@ def sensitivity_ranking(evaluator: Evaluator, mode: Mode, plans: list[PrecisionP
 def raise_back(evaluator: Evaluator, mode: Mode, lowered: frozenset[int], ranking: list[int],
                plans: list[PrecisionPlan]) -> int:  # fmt: skip
     """The fewest of ``ranking``'s first units raised back to float from ``lowered`` that bring the plan within
-    tolerance: 1, 2, 4 ... raised until a plan is within, then bisected between the last miss and it (about
-    2 log2(k) measured plans where raising one at a time takes k; every plan joins ``plans``). All of them raised
-    is the float plan, within by definition."""
+    tolerance: the first alone (a single culprit is common), then the count bisected between the last miss and
+    all (every plan joins ``plans``; all raised is the float plan, within by definition). About log2(units)
+    measured plans where raising one at a time takes one per unit raised; and from the second on, where fewer
+    than half must be raised, the search holds a plan within tolerance whenever its time runs out."""
 
     def within(count: int) -> bool:
         plans.append(PrecisionPlan(mode, lowered - frozenset(ranking[:count])))
         return evaluator(plans[-1]).within
 
-    missed, count = 0, 1
-    while count < len(ranking) and not within(count):
-        missed, count = count, min(2 * count, len(ranking))
+    if within(1):
+        return 1
+    missed, count = 1, len(ranking)
     while count - missed > 1:
         middle = (missed + count) // 2
         missed, count = (missed, middle) if within(middle) else (middle, count)
