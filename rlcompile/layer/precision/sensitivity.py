@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from rlcompile.layer.precision.quantize import Placement, Quantizer
+from rlcompile.layer.precision.quantize import Placement, Quantizer, float_values
 from rlcompile.layer.precision.space import Unit
 from rlcompile.runtimes.ort import run_proto_on_each
 
@@ -90,9 +90,7 @@ class ConeCopier:
 
     def __init__(self, float_proto: onnx.ModelProto, lowered: onnx.ModelProto) -> None:
         self.float_nodes = {node.name for node in float_proto.graph.node}
-        self.float_values = {out for node in float_proto.graph.node for out in node.output}
-        self.float_values |= {tensor.name for tensor in float_proto.graph.initializer}
-        self.float_values |= {value.name for value in float_proto.graph.input}
+        self.float_values = float_values(float_proto.graph)
         self.producer = {out: node for node in lowered.graph.node for out in node.output}
         self.constants = {tensor.name: tensor for tensor in lowered.graph.initializer}
         self.renamed: dict[str, str] = {}
