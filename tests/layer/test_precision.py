@@ -101,7 +101,7 @@ def test_greedy_raises_back_the_most_sensitive_groups_by_bisection():
     # 40 groups, 0.05 down to 0.011: within once the summed deviation left in int8 is below 0.1 (no sample wrong),
     # that is with the 7 least sensitive alone (0.098): 33 raised back
     deviations = [0.05 - 0.001 * i for i in range(40)]
-    evaluator = counting(deviations, probed=True)
+    evaluator = counting(deviations, max_evaluations=20, probed=True)  # no room to revert each of the 40 alone
     found = greedy(evaluator, [Mode("openvino")], seed=0)
     assert found.notes["ranked_by"] == "local deviation" and found.notes["ranking"][:2] == ["g0", "g1"]
     assert found.notes["raised"] == 33 and found.best.within and found.best.plan.int8 == frozenset(range(33, 40))
@@ -140,21 +140,32 @@ def test_whether_int8_pays_is_judged_in_turns_not_by_one_brief_time():
 def test_without_a_probe_greedy_ranks_by_reverting_each_group_and_the_proxy_measures_each_alone():
     from rlcompile.layer.precision.solvers import greedy, proxy
 
-    evaluator = counting([0.06, 0.01, 0.01, 0.01, 0.01, 0.01])  # its probe fails: no quantizer
+    deviations = [0.06, 0.01, 0.01, 0.01, 0.01, 0.01]
+    evaluator = counting(deviations, max_evaluations=8)  # short of time for NNCF's ranking; its probe fails
     found = greedy(evaluator, [Mode("openvino")], seed=0)
     assert found.notes["ranked_by"] == "reverting each group" and found.notes["probe_failed"]
     assert found.best.plan.int8 == frozenset({1, 2, 3, 4, 5})
-    alone = {PrecisionPlan(Mode("openvino"), frozenset({i})) for i in range(6)}
-    assert not alone <= set(evaluator.visited)
-    proxy(evaluator, [Mode("openvino")], seed=0)
-    assert alone <= set(evaluator.visited)
+    evaluator = counting(deviations, max_evaluations=12)
+    found = proxy(evaluator, [Mode("openvino")], seed=0)
+    assert found.notes["additive_error"] == "each group alone, end to end" and found.notes["probe_failed"]
+    assert {PrecisionPlan(Mode("openvino"), frozenset({i})) for i in range(6)} <= set(evaluator.visited)
 
 
-def test_the_proxy_on_a_probe_measures_no_group_alone():
+def test_greedy_ranks_end_to_end_where_its_time_affords_it_even_with_a_probe():
+    from rlcompile.layer.precision.solvers import greedy
+
+    evaluator = counting([0.06, 0.01, 0.01, 0.01, 0.01, 0.01], probed=True)  # 200 evaluations: room for 6 reverted
+    found = greedy(evaluator, [Mode("openvino")], seed=0)
+    assert found.notes["ranked_by"] == "reverting each group" and "probe_failed" not in found.notes
+    assert found.best.plan.int8 == frozenset({1, 2, 3, 4, 5})
+
+
+def test_the_proxy_short_of_time_measures_no_group_alone():
     from rlcompile.layer.precision.solvers import BISECTION_STEPS, proxy
 
-    evaluator = counting([0.01, 0.02, 0.03, 0.04, 0.05, 0.06], probed=True)
+    evaluator = counting([0.01, 0.02, 0.03, 0.04, 0.05, 0.06], max_evaluations=8, probed=True)  # no room for 6 alone
     found = proxy(evaluator, [Mode("openvino")], seed=0)
+    assert found.notes["additive_error"] == "local deviation"
     assert found.best is not None and found.best.within and len(found.best.plan.int8) >= 3
     assert found.evaluations <= 2 + BISECTION_STEPS
     assert not any(len(plan.int8) == 1 for plan in evaluator.visited)

@@ -98,6 +98,15 @@ class Evaluator:
         out_of_time = any(end is not None and now > end for end in (self.deadline, self.search_deadline))
         return len(self.visited) >= self.max_evaluations or out_of_time
 
+    def affords(self, count: int) -> bool:
+        """Whether ``count`` more evaluations fit in the evaluation cap and, at the mean time of those so far, before
+        the running search's deadline: what decides whether a search can rank groups end to end."""
+        if len(self.visited) + count > self.max_evaluations:
+            return False
+        ends = [end for end in (self.deadline, self.search_deadline) if end is not None]
+        seconds = float(np.mean([self.cache[plan].seconds for plan in self.visited])) if self.visited else 0.0
+        return not ends or time.monotonic() + count * seconds <= min(ends)
+
     def share_time(self, searches_left: int) -> None:
         """The next search may use an equal share of the time left to ``deadline`` among ``searches_left``
         searches; what one leaves unused passes to those after it. A search whose every evaluation costs
