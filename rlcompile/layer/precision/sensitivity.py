@@ -7,8 +7,10 @@ float model, and beside each unit's anchors (its Conv/MatMul/Gemm) a copy that r
 the quantization the plan's placement writes (the all-int8 model's QDQ nodes: activation scales from the
 calibration, per-channel int8 weights, int32 bias). One ONNX Runtime session, a few calibration samples: each
 unit's *local deviation* is the relative L2 of its anchors' int8 outputs from their fp32 outputs, the error that
-lowering that group alone introduces where it is introduced. It is what greedy raises back by and what the
-proxy's knapsack adds up; the plans they lead to are then measured end to end as every plan is.
+lowering that group alone introduces where it is introduced. Where a search's time does not afford NNCF's ranking,
+it is what greedy raises back by and what the proxy's knapsack adds up; the plans they lead to are then measured
+end to end as every plan is. It is blind to what an error does downstream, so it ranks worse than NNCF's where both
+fit (:func:`rlcompile.layer.precision.solvers.sensitivity_ranking`).
 """
 
 from __future__ import annotations

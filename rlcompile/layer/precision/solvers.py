@@ -131,18 +131,28 @@ def sensitivity_ranking(evaluator: Evaluator, mode: Mode, plans: list[PrecisionP
     PaddleOCR's recogniser with 10 minutes (Zen 3, stop 69) greedy raised 27 of 47 groups back on the local
     ranking where NNCF's had raised 1 (stop 68); at ``--quick`` only the local one fits."""
     units = len(evaluator.units)
-    deviations = None if evaluator.affords(units + 2) else evaluator.sensitivity(mode)
+    deviations = local_when_short(evaluator, mode, units + 2, notes)
     if deviations is not None:
         notes["ranked_by"] = "local deviation"
         return sorted(range(units), key=lambda i: -deviations[i])
     notes["ranked_by"] = "reverting each group"
-    if mode.runtime in evaluator.sensitivities:
-        notes["probe_failed"] = evaluator.sensitivities[mode.runtime]
     lowered, reverted = all_int8(evaluator), {}
     for i in sorted(lowered):
         plans.append(PrecisionPlan(mode, lowered - {i}))
         reverted[i] = evaluator(plans[-1])
     return sorted(lowered, key=lambda i: reverted[i].error if reverted[i].failure is None else np.inf)
+
+
+def local_when_short(evaluator: Evaluator, mode: Mode, plans_needed: int, notes: dict) -> np.ndarray | None:
+    """The units' local deviations when ``plans_needed`` end-to-end plans do not fit in the search's time
+    (:meth:`Evaluator.affords`) and the probe runs; else ``None``, the search then measuring end to end (a failed
+    probe's reason goes into ``notes``)."""
+    if evaluator.affords(plans_needed):
+        return None
+    deviations = evaluator.sensitivity(mode)
+    if deviations is None:
+        notes["probe_failed"] = evaluator.sensitivities[mode.runtime]
+    return deviations
 
 
 def raise_back(evaluator: Evaluator, mode: Mode, lowered: frozenset[int], ranking: list[int],
@@ -184,12 +194,9 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         float_ms = evaluator(PrecisionPlan(mode)).ms
         lowered_ms = evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms
         saving = weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
-        end_to_end = evaluator.affords(len(evaluator.units) + BISECTION_STEPS + 1)
-        deviations = None if end_to_end else evaluator.sensitivity(mode)
+        deviations = local_when_short(evaluator, mode, len(evaluator.units) + BISECTION_STEPS + 1, notes)
         notes["additive_error"] = "local deviation" if deviations is not None else "each group alone, end to end"
         if deviations is None:
-            if mode.runtime in evaluator.sensitivities:
-                notes["probe_failed"] = evaluator.sensitivities[mode.runtime]
             deviations = alone_deviations(evaluator, mode, saving, plans, notes)
         if deviations is not None:
             notes["bisected"] = bisect_deviation(evaluator, mode, saving, deviations, plans)
