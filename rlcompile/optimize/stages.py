@@ -33,7 +33,7 @@ from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRe
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import DEFAULT_LAYOUT
-from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, JUDGE_SHARE, Budget
+from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, JUDGE_SHARE, KERNEL_FLOOR_S, Budget
 from rlcompile.plan import fingerprint
 
 if TYPE_CHECKING:
@@ -263,6 +263,13 @@ class KernelStage:
         if context.deadline is not None:  # what ran late before this stage (start-up included: 59 s on the
             # slowed VM) is taken from this stage, not from the layer stage's share
             allowed = min(allowed, context.deadline - context.budget.share_s("layer") - time.monotonic())
+        if not spent and "layer" in context.levels and allowed < KERNEL_FLOOR_S:
+            why = (f"its {max(allowed, 0):.0f} s are less than the {KERNEL_FLOOR_S:.0f} s that extracting the tasks, "
+                   "timing them in the libraries and a first batch of trials take; the layer level gets them")
+            context.progress(Decision("kernel", f"kernel: skipped, {why}", False))
+            record = skipped_kernel(settings.strategy, why, 0.0)
+            self.reuse(context, record, announce=False)
+            return record
         text = f"kernel: {settings.strategy} tunes for up to {max(allowed, 0):.0f} s"
         if spent:  # an interrupted stage: its journal is resumed with the time it has left
             context.progress(Reuse("kernel", f"{text} ({spent:.0f} s already spent)", "tuning"))
@@ -274,9 +281,7 @@ class KernelStage:
                                   lambda: state.set_spent("kernel", spent + time.monotonic() - began))
         except ModelError as error:  # TVM cannot take this model (e.g. an operator it cannot import): go on without
             context.say("kernel", f"kernel: skipped, {error}; the layer level chooses among the other libraries")
-            record = KernelRecord(strategy=settings.strategy, tasks=0, tuned_tasks=0, trials=0, resumed_trials=0,
-                                  failed_trials=0, best_ms={}, wall_s=time.monotonic() - began,
-                                  skipped=str(error))  # fmt: skip
+            record = skipped_kernel(settings.strategy, str(error), time.monotonic() - began)
         state.set_spent("kernel", spent + time.monotonic() - began)
         self.reuse(context, record, announce=False)
         return record
@@ -287,6 +292,12 @@ class KernelStage:
                                              f"{record.tasks} tasks tuned)", "stage"))  # fmt: skip
         context.tuning_db = None if record.skipped else context.work / TUNING
         context.kernel_trials = record.trials
+
+
+def skipped_kernel(strategy: str, why: str, wall_s: float) -> KernelRecord:
+    """The record of a kernel stage that tuned nothing, and why (the layer level then leaves TVM out)."""
+    return KernelRecord(strategy=strategy, tasks=0, tuned_tasks=0, trials=0, resumed_trials=0, failed_trials=0,
+                        best_ms={}, wall_s=wall_s, skipped=why)  # fmt: skip
 
 
 def tune_kernels(context: StageContext, deadline: float, on_batch: Callable[[], None]) -> KernelRecord:

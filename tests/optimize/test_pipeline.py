@@ -191,6 +191,24 @@ def test_a_graph_search_that_fails_on_a_model_falls_back_to_the_original(tmp_pat
     assert [event.kept for event in events if isinstance(event, Decision)] == [False]
 
 
+def test_a_kernel_share_below_the_floor_goes_to_the_layer_level_untouched(tmp_path):
+    """A share too short to tune one task (``--quick --precision auto``: 34 s on the recogniser) is not started:
+    the stage says why, records no tuning, and the layer level leaves TVM out and keeps the time."""
+    from rlcompile.events import Decision
+    from rlcompile.models import load_model
+    from rlcompile.optimize.budget import KERNEL_FLOOR_S, Budget
+    from rlcompile.optimize.stages import KernelStage, RunState, StageContext
+
+    budget, events = Budget(60.0, ("kernel", "layer")), []
+    assert budget.share_s("kernel") < KERNEL_FLOOR_S
+    context = StageContext(load_model("lenet5"), SETTINGS, budget, tmp_path, RunState(tmp_path / "s.json"),
+                           events.append, ("kernel", "layer"))  # fmt: skip
+    record = KernelStage().run(context)
+    assert record.skipped and record.trials == 0 and record.wall_s == 0.0 and context.tuning_db is None
+    assert [event.kept for event in events if isinstance(event, Decision)] == [False]
+    assert not (tmp_path / "tuning").exists()
+
+
 def test_a_lowered_precision_is_searched_within_the_budget_and_the_fp32_key_is_unchanged(tmp_path):
     """``--precision int8`` on the layer stage: the searches run, their record is kept, and whatever wins is within
     the tolerance (a plan below fp32 then carries its held-out samples); the fp32 default keys runs as before."""
