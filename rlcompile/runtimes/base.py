@@ -123,6 +123,14 @@ class Runtime(ABC):
         if why is not None:
             raise RlcompileError(f"{options.precision} with {self.name}: {why}")
 
+    def layer_times(self, models: Sequence[onnx.ModelProto], feeds: Feeds, options: RuntimeOptions = NATIVE,
+                    rounds: int = 15) -> list[list[tuple[frozenset[str], float]]] | None:  # fmt: skip
+        """Where the time of one call of each of ``models`` goes (the models called in turns, so that a slow spell
+        of the machine falls on all of them): per executed kernel, the names of the model's nodes it runs (fused
+        ones together) and its median time in ms over ``rounds`` calls on ``feeds``, from the library's own
+        counters; ``None`` where the library keeps none (the default)."""
+        return None
+
     @abstractmethod
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE, name: str | None = None) -> Runner:
         """Compile ``model``; ``name`` is what a one-line error calls it (default: the graph's name).

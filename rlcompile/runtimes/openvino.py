@@ -20,7 +20,7 @@ import onnx
 
 from rlcompile.errors import ModelError, first_line
 from rlcompile.machine import cpu_flags
-from rlcompile.runtimes.base import NATIVE, Runner, Runtime, RuntimeOptions, graph_input_names, model_name
+from rlcompile.runtimes.base import NATIVE, Feeds, Runner, Runtime, RuntimeOptions, graph_input_names, model_name
 
 #: OpenVINO's name for each precision of :class:`RuntimeOptions`.
 PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}
@@ -49,6 +49,14 @@ class OpenVinoRunner(Runner):
         return [results[index] for index in range(self.count)]
 
 
+def layers(compiled, times: dict[str, list[float]]) -> list[tuple[frozenset[str], float]]:
+    """Each executed node's original layer names (``originalLayersNames``) and median time of ``times``."""
+    originals = {op.get_friendly_name(): op.get_rt_info()["originalLayersNames"].astype(str)
+                 for op in compiled.get_runtime_model().get_ordered_ops()}  # fmt: skip
+    return [(frozenset(filter(None, originals.get(name, name).split(","))), float(np.median(values)))
+            for name, values in times.items()]  # fmt: skip
+
+
 class OpenVinoRuntime(Runtime):
     name = "openvino"
 
@@ -66,6 +74,33 @@ class OpenVinoRuntime(Runtime):
     def compile(self, model: onnx.ModelProto, options: RuntimeOptions = NATIVE,
                 name: str | None = None) -> OpenVinoRunner:  # fmt: skip
         return self.compile_copies(model, 1, options, name)[0]
+
+    def layer_times(self, models: Sequence[onnx.ModelProto], feeds: Feeds, options: RuntimeOptions = NATIVE,
+                    rounds: int = 15) -> list[list[tuple[frozenset[str], float]]]:  # fmt: skip
+        """OpenVINO's performance counters (``PERF_COUNT``): each executed node's ``originalLayersNames`` (the
+        ONNX nodes it was made from, by name; OpenVINO's own names for what its passes made of them too) and
+        its median ``real_time`` over ``rounds`` calls, the models in turns, after a fifth as many warm-up calls."""
+        import openvino as ov
+
+        self.check_precision(options)
+        core, compiled = ov.Core(), []
+        for model in models:
+            try:
+                compiled.append(core.compile_model(core.read_model(model.SerializeToString()), "CPU",
+                                                   {**openvino_config(options), "PERF_COUNT": True}))  # fmt: skip
+            except RuntimeError as error:
+                label = model_name(model, None, "model")
+                raise ModelError(f"OpenVINO cannot compile {label}: {first_line(error)}") from None
+        requests = [each.create_infer_request() for each in compiled]
+        inputs = [[feeds[name] for name in graph_input_names(model)] for model in models]
+        times: list[dict[str, list[float]]] = [{} for _ in models]
+        warm = max(rounds // 5, 1)
+        for index in range(rounds + warm):
+            for request, arrays, found in zip(requests, inputs, times, strict=True):
+                request.infer(arrays)
+                for entry in request.get_profiling_info() if index >= warm else ():
+                    found.setdefault(entry.node_name, []).append(entry.real_time.total_seconds() * 1e3)
+        return [layers(each, found) for each, found in zip(compiled, times, strict=True)]
 
     def compile_copies(self, model: onnx.ModelProto, count: int, options: RuntimeOptions = NATIVE,
                        name: str | None = None) -> list[OpenVinoRunner]:  # fmt: skip

@@ -67,9 +67,15 @@ class CountingEvaluator(Evaluator):
     deviations: tuple[float, ...] = ()
     #: whether its probe run gives the units' deviations (else it fails, as on a graph the probe cannot copy)
     probed: bool = False
+    #: what each unit's int8 kernels save (ms), as a runtime's counters tell; None: unknown, every unit saves 1 ms
+    saved: tuple[float, ...] | None = None
 
     def sensitivity(self, mode: Mode) -> np.ndarray | None:
         return np.array(self.deviations) if self.probed else super().sensitivity(mode)
+
+    def savings(self, mode: Mode) -> np.ndarray | None:
+        self.savings_found.setdefault(mode, "no counters" if self.saved is None else np.array(self.saved))
+        return None if self.saved is None else np.array(self.saved)
 
     def screen(self, evaluations: list[Evaluation], deadline: float | None) -> dict:
         return {}  # its brief times are exact: nothing to time in turns
@@ -80,7 +86,7 @@ class CountingEvaluator(Evaluator):
         if self.spent:
             raise BudgetSpent
         deviation = float(np.array(self.deviations)[list(plan.int8)].sum())
-        ms = 10.0 - len(plan.int8)
+        ms = 10.0 - (len(plan.int8) if self.saved is None else float(np.array(self.saved)[list(plan.int8)].sum()))
         error = np.floor(deviation / 0.1 + 1e-9) / 32
         latency = LatencyStats(ms, ms, ms, ms, ms, 0.0, 1, 0, (ms,))
         evaluation = Evaluation(plan, error, error, deviation, latency, within=error <= self.tolerance)
@@ -89,10 +95,69 @@ class CountingEvaluator(Evaluator):
         return evaluation
 
 
-def counting(deviations: list[float], max_evaluations: int = 200, probed: bool = False) -> CountingEvaluator:
+def counting(deviations: list[float], max_evaluations: int = 200, probed: bool = False,
+             saved: list[float] | None = None) -> CountingEvaluator:  # fmt: skip
     units = [Unit(i, f"g{i}", (f"n{i}",), 1.0) for i in range(len(deviations))]
     return CountingEvaluator(units, None, {}, None, None, [], 0.0, 0.01, 1, max_evaluations=max_evaluations,
-                             deviations=tuple(deviations), probed=probed)  # fmt: skip
+                             deviations=tuple(deviations), probed=probed,
+                             saved=None if saved is None else tuple(saved))  # fmt: skip
+
+
+@pytest.mark.parametrize("search", ["greedy", "proxy"])
+def test_groups_whose_int8_kernels_are_not_faster_stay_in_float(search: str):
+    """Where the runtime's counters say a group's int8 kernels save nothing (OpenVINO's int8 fully connected
+    layers and first convolution on Zen 3), greedy starts from the groups that pay, not from all, and the proxy's
+    knapsack never takes the others: after the all-int8 plan, no plan lowers them."""
+    from rlcompile.layer.precision.solvers import create
+
+    deviations = [0.05 - 0.001 * i for i in range(40)]
+    evaluator = counting(deviations, max_evaluations=24, probed=True, saved=[-0.2] * 10 + [1.0] * 30)
+    found = create(search)(evaluator, [Mode("openvino")], seed=0)
+    everything = frozenset(range(40))
+    lowered = [plan.int8 for plan in evaluator.visited if plan.int8 != everything]
+    assert lowered and not any(plan & set(range(10)) for plan in lowered)
+    assert found.best.within and not found.best.plan.int8 & set(range(10))
+    if search == "greedy":  # the 7 least sensitive of those that pay are all that fit: 23 raised back
+        assert found.notes["paying"] == 30 and found.notes["raised"] == 23
+        assert found.best.plan.int8 == frozenset(range(33, 40))
+    else:
+        assert found.notes["saving_by"] == "kernel counters"
+
+
+def test_a_kernel_is_charged_to_the_group_that_holds_most_of_its_nodes():
+    from types import SimpleNamespace
+
+    from rlcompile.layer.precision.savings import group_times
+
+    groups = [SimpleNamespace(nodes=["conv1", "relu1"]), SimpleNamespace(nodes=["conv2", "add2"])]
+    layers = [(frozenset({"conv1", "relu1", "conv2_QuantizeLinear"}), 1.0),
+              (frozenset({"relu1", "conv2", "add2"}), 2.0), (frozenset({"x_QuantizeLinear"}), 5.0),
+              (frozenset({"conv1", "conv2"}), 0.5)]  # fmt: skip
+    np.testing.assert_allclose(group_times(layers, groups), [1.5, 2.0])  # a tie goes to the first group
+
+
+@pytest.mark.parametrize("runtime", ["openvino", "ort"])
+def test_what_each_group_saves_comes_from_the_runtimes_counters(tmp_path: Path, runtime: str):
+    """OpenVINO's counters on the float and the all-int8 model price each unit's kernels; ONNX Runtime keeps none
+    that this reads (the proxy then weighs the units by their MACs)."""
+    from rlcompile.layer.precision.savings import unit_savings
+    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.runtimes import RuntimeOptions, create
+
+    proto, groups = residual_block()
+    units = precision_units(proto, groups)
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(proto, feeds, tmp_path)
+    lowered = quantizer.quantized([name for unit in units for name in (*unit.nodes, *unit.companions)],
+                                  placement_for(runtime))  # fmt: skip
+    library = create(runtime)
+    saved = unit_savings(library, proto, lowered, groups, units, feeds[0], RuntimeOptions(1, exclusive=True))
+    if runtime == "ort":
+        assert saved is None
+        return
+    assert saved.shape == (len(units),) and np.all(np.isfinite(saved))
+    exact, _ = library.layer_times([proto, lowered], feeds[0], RuntimeOptions(1, exclusive=True), rounds=5)
+    assert any("conv1" in names for names, _ in exact) and all(ms >= 0 for _, ms in exact)
 
 
 def test_greedy_raises_back_the_most_sensitive_groups_by_bisection():

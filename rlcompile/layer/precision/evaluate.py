@@ -26,6 +26,7 @@ from rlcompile.layer.precision.contract import (
     within_tolerance,
 )
 from rlcompile.layer.precision.quantize import Quantizer, placement_for
+from rlcompile.layer.precision.savings import unit_savings
 from rlcompile.layer.precision.sensitivity import local_deviations
 from rlcompile.layer.precision.space import Mode, PrecisionPlan, Unit
 from rlcompile.measure import QUICK, Contender, LatencyStats, MeasureConfig, Settle, measure_latency, run_contest
@@ -91,6 +92,8 @@ class Evaluator:
     visited: list[PrecisionPlan] = field(default_factory=list)
     #: each runtime's units' local deviations (:meth:`sensitivity`), or why the probe failed
     sensitivities: dict[str, np.ndarray | str] = field(default_factory=dict)
+    #: each mode's units' measured int8 savings in ms (:meth:`savings`), or why they are not known
+    savings_found: dict[Mode, np.ndarray | str] = field(default_factory=dict)
 
     @property
     def spent(self) -> bool:
@@ -185,6 +188,25 @@ class Evaluator:
             except Exception as error:  # a graph the probe cannot copy: the searches rank end to end instead
                 self.sensitivities[mode.runtime] = first_line(error)
         found = self.sensitivities[mode.runtime]
+        return None if isinstance(found, str) else found
+
+    def savings(self, mode: Mode) -> np.ndarray | None:
+        """What each unit's int8 kernels save in ``mode`` (ms, from the runtime's counters on the float and the
+        all-int8 model in turns: :mod:`~rlcompile.layer.precision.savings`; cached); ``None`` where the runtime
+        keeps no counters or they cannot be read (why: :attr:`savings_found`). Raises :class:`BudgetSpent` when
+        a new measurement is not allowed."""
+        if mode not in self.savings_found:
+            if self.spent:
+                raise BudgetSpent
+            try:
+                lowered = self.model(PrecisionPlan(mode, frozenset(range(len(self.units)))))
+                options = RuntimeOptions(self.threads, exclusive=True, precision=mode.floats)
+                found = unit_savings(self.created[mode.runtime], self.quantizer.original, lowered, self.grouped.groups,
+                                     self.units, self.samples.feeds(self.samples.validation[0]), options)  # fmt: skip
+                self.savings_found[mode] = f"{mode.runtime} keeps no per-kernel counters" if found is None else found
+            except Exception as error:  # counters a runtime cannot give: the searches lower every unit, as before
+                self.savings_found[mode] = first_line(error)
+        found = self.savings_found[mode]
         return None if isinstance(found, str) else found
 
     def model(self, plan: PrecisionPlan) -> onnx.ModelProto:

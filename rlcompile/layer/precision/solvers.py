@@ -2,13 +2,16 @@
 
 - ``uniform``: every mode with nothing and with everything in int8 (all fp32, all bf16, all int8 ...);
 - ``greedy``: NNCF's accuracy control: everything in int8, then groups raised back to float, the most
-  sensitive first, until within tolerance. NNCF ranks by reverting each group alone, one end-to-end
-  evaluation per group, and so does this where the time affords it; else each group's *local deviation*
-  ranks them, all from one probe run (:mod:`rlcompile.layer.precision.sensitivity`). The count raised
-  back is bisected rather than raised one at a time;
+  sensitive first, until within tolerance; unlike NNCF, it starts from the groups whose int8 kernels run
+  faster than their float ones, where the runtime's counters tell (:func:`paying_units`). NNCF ranks by
+  reverting each group alone, one end-to-end evaluation per group, and so does this where the time affords
+  it; else each group's *local deviation* ranks them, all from one probe run
+  (:mod:`rlcompile.layer.precision.sensitivity`). The count raised back is bisected rather than raised one
+  at a time;
 - ``proxy``: the exact optimum of an additive proxy: each group's error when it alone is lowered (measured
-  end to end where the time affords it, else its local deviation), its saving estimated by its share of the
-  MACs times what lowering everything saves; the subset that saves most with the summed errors within the
+  end to end where the time affords it, else its local deviation), its saving what the runtime's counters
+  measured its int8 kernels to save (:mod:`rlcompile.layer.precision.savings`), else its share of the MACs
+  times what lowering everything saves; the subset that saves most with the summed errors within the
   tolerance (a 0/1 knapsack, solved exactly), then measured; when that misses (a metric that counts samples
   moves in steps and rarely adds up) or on local deviations, the knapsack's limit on the groups' deviations
   is bisected on measured plans;
@@ -111,10 +114,11 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         if mode is None:
             return SearchResult("greedy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
         notes["mode"] = mode.label
-        lowered = all_int8(evaluator)
+        plans.append(PrecisionPlan(mode, all_int8(evaluator)))
+        lowered = paying_units(evaluator, mode, notes)
         plans.append(PrecisionPlan(mode, lowered))
-        if not evaluator(plans[-1]).within and evaluator.units:
-            ranking = sensitivity_ranking(evaluator, mode, plans, notes)
+        if not evaluator(plans[-1]).within and lowered:
+            ranking = sensitivity_ranking(evaluator, mode, lowered, plans, notes)
             notes["ranking"] = [evaluator.units[i].group for i in ranking]
             notes["raised"] = raise_back(evaluator, mode, lowered, ranking, plans)
     except BudgetSpent:
@@ -122,21 +126,33 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     return SearchResult("greedy", evaluator.best(plans), len(evaluator.visited) - before, notes)
 
 
-def sensitivity_ranking(evaluator: Evaluator, mode: Mode, plans: list[PrecisionPlan], notes: dict) -> list[int]:
-    """The units, most sensitive first: by the error with each one reverted alone from all int8, as NNCF ranks,
-    where the search's time affords those plans and a couple more (each is measured and joins ``plans``: the
+def paying_units(evaluator: Evaluator, mode: Mode, notes: dict) -> frozenset[int]:
+    """The units whose int8 kernels run faster than their float ones in ``mode`` (:meth:`Evaluator.savings`: the
+    runtime's counters), the rest only adding error; every unit where the savings are not known or none pays."""
+    savings = evaluator.savings(mode)
+    if savings is None:
+        notes["savings"] = evaluator.savings_found[mode]
+        return all_int8(evaluator)
+    paying = frozenset(int(i) for i in np.flatnonzero(savings > 0))
+    notes["paying"] = len(paying)
+    return paying or all_int8(evaluator)
+
+
+def sensitivity_ranking(evaluator: Evaluator, mode: Mode, lowered: frozenset[int], plans: list[PrecisionPlan],
+                        notes: dict) -> list[int]:  # fmt: skip
+    """The units of ``lowered``, most sensitive first: by the error with each one reverted alone from ``lowered``, as
+    NNCF ranks, where the search's time affords those plans and a couple more (each is measured and joins ``plans``: the
     search's as soon as it is measured); else by local deviation (one probe run), unless the probe cannot run.
 
     The end-to-end ranking sees what a group's error does downstream, the local one only where it arises: on
     PaddleOCR's recogniser with 10 minutes (Zen 3, stop 69) greedy raised 27 of 47 groups back on the local
     ranking where NNCF's had raised 1 (stop 68); at ``--quick`` only the local one fits."""
-    units = len(evaluator.units)
-    deviations = local_when_short(evaluator, mode, units + 2, notes)
+    deviations = local_when_short(evaluator, mode, len(lowered) + 2, notes)
     if deviations is not None:
         notes["ranked_by"] = "local deviation"
-        return sorted(range(units), key=lambda i: -deviations[i])
+        return sorted(lowered, key=lambda i: -deviations[i])
     notes["ranked_by"] = "reverting each group"
-    lowered, reverted = all_int8(evaluator), {}
+    reverted = {}
     for i in sorted(lowered):
         plans.append(PrecisionPlan(mode, lowered - {i}))
         reverted[i] = evaluator(plans[-1])
@@ -191,13 +207,12 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         if mode is None:
             return SearchResult("proxy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
         notes["mode"] = mode.label
-        float_ms = evaluator(PrecisionPlan(mode)).ms
-        lowered_ms = evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms
-        saving = weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
-        deviations = local_when_short(evaluator, mode, len(evaluator.units) + BISECTION_STEPS + 1, notes)
+        saving = unit_saving(evaluator, mode, notes)
+        paying = frozenset(int(i) for i in np.flatnonzero(saving > 0))
+        deviations = local_when_short(evaluator, mode, len(paying) + BISECTION_STEPS + 1, notes)
         notes["additive_error"] = "local deviation" if deviations is not None else "each group alone, end to end"
         if deviations is None:
-            deviations = alone_deviations(evaluator, mode, saving, plans, notes)
+            deviations = alone_deviations(evaluator, mode, saving, paying, plans, notes)
         if deviations is not None:
             notes["bisected"] = bisect_deviation(evaluator, mode, saving, deviations, plans)
     except BudgetSpent:
@@ -205,20 +220,34 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     return SearchResult("proxy", evaluator.best(plans), len(evaluator.visited) - before, notes)
 
 
-def alone_deviations(evaluator: Evaluator, mode: Mode, saving: np.ndarray, plans: list[PrecisionPlan],
-                     notes: dict) -> np.ndarray | None:  # fmt: skip
-    """Each group alone lowered, measured; the optimum with the summed excess within the tolerance, measured.
-    ``None`` when that plan is within; else each group's end-to-end deviation (infinite where it alone leaves the
-    tolerance or fails: it stays float)."""
-    alone = [evaluator(PrecisionPlan(mode, frozenset({i}))) for i in range(len(evaluator.units))]
-    costs = np.array([max(e.excess, 0.0) if e.failure is None else np.inf for e in alone])
+def unit_saving(evaluator: Evaluator, mode: Mode, notes: dict) -> np.ndarray:
+    """What lowering each unit saves (ms): measured by the runtime's counters (:meth:`Evaluator.savings`) where it
+    keeps them, else its share of the MACs times what lowering every unit saved (the brief times of the float and
+    the all-int8 plan)."""
+    measured = evaluator.savings(mode)
+    notes["saving_by"] = "kernel counters" if measured is not None else "share of the MACs"
+    if measured is not None:
+        return measured
+    float_ms = evaluator(PrecisionPlan(mode)).ms
+    lowered_ms = evaluator(PrecisionPlan(mode, all_int8(evaluator))).ms
+    return weight_share(evaluator.units) * max(float_ms - lowered_ms, 0.0)
+
+
+def alone_deviations(evaluator: Evaluator, mode: Mode, saving: np.ndarray, candidates: frozenset[int],
+                     plans: list[PrecisionPlan], notes: dict) -> np.ndarray | None:  # fmt: skip
+    """Each of ``candidates`` alone lowered, measured; the optimum with the summed excess within the tolerance,
+    measured. ``None`` when that plan is within; else each group's end-to-end deviation (infinite where it alone
+    leaves the tolerance or fails, or is no candidate: it stays float)."""
+    alone = {i: evaluator(PrecisionPlan(mode, frozenset({i}))) for i in sorted(candidates)}
+    costs = np.array([max(alone[i].excess, 0.0) if i in alone and alone[i].failure is None else np.inf
+                      for i in range(len(evaluator.units))])  # fmt: skip
     chosen = knapsack(saving, costs, evaluator.tolerance)
     plans.append(PrecisionPlan(mode, frozenset(chosen)))
     notes["proxy_saving_ms"] = float(saving[chosen].sum())
     if evaluator(plans[-1]).within:
         return None
-    return np.array([e.deviation if e.within and e.failure is None and np.isfinite(e.deviation) else np.inf
-                     for e in alone])  # fmt: skip
+    return np.array([alone[i].deviation if i in alone and alone[i].within and alone[i].failure is None
+                     and np.isfinite(alone[i].deviation) else np.inf for i in range(len(evaluator.units))])  # fmt: skip
 
 
 #: Measured plans the deviation proxy's bisection may spend.
@@ -248,7 +277,7 @@ def bisect_deviation(evaluator: Evaluator, mode: Mode, saving: np.ndarray, devia
 def knapsack(values: np.ndarray, costs: np.ndarray, limit: float) -> list[int]:
     """The indices maximising the summed value with summed cost <= ``limit`` (exact on a grid of costs)."""
     if limit <= 0:
-        return [i for i, cost in enumerate(costs) if cost == 0]
+        return [i for i, (value, cost) in enumerate(zip(values, costs, strict=True)) if cost == 0 and value > 0]
     steps = KNAPSACK_STEPS
     weights = [int(np.ceil(cost / limit * steps - 1e-9)) if np.isfinite(cost) else steps + 1 for cost in costs]
     best = np.full(steps + 1, -np.inf)
