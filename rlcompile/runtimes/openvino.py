@@ -80,17 +80,8 @@ class OpenVinoRuntime(Runtime):
         """OpenVINO's performance counters (``PERF_COUNT``): each executed node's ``originalLayersNames`` (the
         ONNX nodes it was made from, by name; OpenVINO's own names for what its passes made of them too) and
         its median ``real_time`` over ``rounds`` calls, the models in turns, after a fifth as many warm-up calls."""
-        import openvino as ov
-
-        self.check_precision(options)
-        core, compiled = ov.Core(), []
-        for model in models:
-            try:
-                compiled.append(core.compile_model(core.read_model(model.SerializeToString()), "CPU",
-                                                   {**openvino_config(options), "PERF_COUNT": True}))  # fmt: skip
-            except RuntimeError as error:
-                label = model_name(model, None, "model")
-                raise ModelError(f"OpenVINO cannot compile {label}: {first_line(error)}") from None
+        config = {**openvino_config(options), "PERF_COUNT": True}
+        compiled = [self.compiled(model, 1, options, config)[0][0] for model in models]
         requests = [each.create_infer_request() for each in compiled]
         inputs = [[feeds[name] for name in graph_input_names(model)] for model in models]
         times: list[dict[str, list[float]]] = [{} for _ in models]
@@ -106,20 +97,25 @@ class OpenVinoRuntime(Runtime):
                        name: str | None = None) -> list[OpenVinoRunner]:  # fmt: skip
         """``count`` compiled models from one reading of ``model`` (vgg19's 548 MB: about 5 s a reading, 0.4 s a
         compile, on the 2-core Zen 4 VM)."""
+        return [OpenVinoRunner(compiled, graph_input_names(model), prepare_s)
+                for compiled, prepare_s in self.compiled(model, count, options, openvino_config(options), name)]
+
+    def compiled(self, model: onnx.ModelProto, count: int, options: RuntimeOptions, config: dict,
+                 name: str | None = None) -> list[tuple[object, float]]:  # fmt: skip
+        """``count`` OpenVINO compiled models of one reading of ``model`` under ``config``, each with the seconds its
+        reading and compile took; one line (:class:`ModelError`) when OpenVINO cannot take it."""
         import openvino as ov
 
         self.check_precision(options)
-        runners, core = [], ov.Core()
+        compiled, core = [], ov.Core()
         try:
             started = time.perf_counter()
             read = core.read_model(model.SerializeToString())
             read_s = time.perf_counter() - started
             for _ in range(count):
                 started = time.perf_counter()
-                compiled = core.compile_model(read, "CPU", openvino_config(options))
-                prepare_s = read_s + time.perf_counter() - started
-                runners.append(OpenVinoRunner(compiled, graph_input_names(model), prepare_s))
+                compiled.append((core.compile_model(read, "CPU", config), read_s + time.perf_counter() - started))
         except RuntimeError as error:
             label = model_name(model, name, "segment")
             raise ModelError(f"OpenVINO cannot compile {label}: {first_line(error)}") from None
-        return runners
+        return compiled

@@ -10,7 +10,7 @@ contract when its error exceeds the fp32 model's own by at most the tolerance.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -177,36 +177,42 @@ class Evaluator:
     def sensitivity(self, mode: Mode) -> np.ndarray | None:
         """Each unit's local deviation in ``mode``'s runtime's placement, from one probe run on the calibration
         samples (:mod:`~rlcompile.layer.precision.sensitivity`; cached); ``None`` when the probe cannot run
-        (why: :attr:`sensitivities`). Raises :class:`BudgetSpent` when a new probe is not allowed."""
-        if mode.runtime not in self.sensitivities:
-            if self.spent:
-                raise BudgetSpent
-            try:
-                feeds = [self.samples.feeds(sample) for sample in self.samples.calibration]
-                found = local_deviations(self.quantizer, self.units, placement_for(mode.runtime), feeds)
-                self.sensitivities[mode.runtime] = found if np.all(np.isfinite(found)) else "non-finite deviations"
-            except Exception as error:  # a graph the probe cannot copy: the searches rank end to end instead
-                self.sensitivities[mode.runtime] = first_line(error)
-        found = self.sensitivities[mode.runtime]
-        return None if isinstance(found, str) else found
+        (why: :attr:`sensitivities`; the searches then rank end to end). Raises :class:`BudgetSpent` when a new
+        probe is not allowed."""
+
+        def probe() -> np.ndarray | str:
+            feeds = [self.samples.feeds(sample) for sample in self.samples.calibration]
+            found = local_deviations(self.quantizer, self.units, placement_for(mode.runtime), feeds)
+            return found if np.all(np.isfinite(found)) else "non-finite deviations"
+
+        return self.once(self.sensitivities, mode.runtime, probe)
 
     def savings(self, mode: Mode) -> np.ndarray | None:
         """What each unit's int8 kernels save in ``mode`` (ms, from the runtime's counters on the float and the
         all-int8 model in turns: :mod:`~rlcompile.layer.precision.savings`; cached); ``None`` where the runtime
-        keeps no counters or they cannot be read (why: :attr:`savings_found`). Raises :class:`BudgetSpent` when
-        a new measurement is not allowed."""
-        if mode not in self.savings_found:
+        keeps no counters or they cannot be read (why: :attr:`savings_found`; the searches then lower every unit,
+        as before). Raises :class:`BudgetSpent` when a new measurement is not allowed."""
+
+        def measure() -> np.ndarray | str:
+            lowered = self.model(PrecisionPlan(mode, frozenset(range(len(self.units)))))
+            options = RuntimeOptions(self.threads, exclusive=True, precision=mode.floats)
+            found = unit_savings(self.created[mode.runtime], self.quantizer.original, lowered, self.grouped.groups,
+                                 self.units, self.samples.feeds(self.samples.validation[0]), options)  # fmt: skip
+            return f"{mode.runtime} keeps no per-kernel counters" if found is None else found
+
+        return self.once(self.savings_found, mode, measure)
+
+    def once(self, store: dict, key: object, compute: Callable[[], np.ndarray | str]) -> np.ndarray | None:
+        """``store[key]``, computed by ``compute`` the first time (an array, or why there is none; what it raises is
+        kept as why, in one line): the array, or ``None``. Raises :class:`BudgetSpent` when new work is not allowed."""
+        if key not in store:
             if self.spent:
                 raise BudgetSpent
             try:
-                lowered = self.model(PrecisionPlan(mode, frozenset(range(len(self.units)))))
-                options = RuntimeOptions(self.threads, exclusive=True, precision=mode.floats)
-                found = unit_savings(self.created[mode.runtime], self.quantizer.original, lowered, self.grouped.groups,
-                                     self.units, self.samples.feeds(self.samples.validation[0]), options)  # fmt: skip
-                self.savings_found[mode] = f"{mode.runtime} keeps no per-kernel counters" if found is None else found
-            except Exception as error:  # counters a runtime cannot give: the searches lower every unit, as before
-                self.savings_found[mode] = first_line(error)
-        found = self.savings_found[mode]
+                store[key] = compute()
+            except Exception as error:  # what the runtime cannot give: the searches go on without it
+                store[key] = first_line(error)
+        found = store[key]
         return None if isinstance(found, str) else found
 
     def model(self, plan: PrecisionPlan) -> onnx.ModelProto:

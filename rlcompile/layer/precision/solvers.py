@@ -133,9 +133,14 @@ def paying_units(evaluator: Evaluator, mode: Mode, notes: dict) -> frozenset[int
     if savings is None:
         notes["savings"] = evaluator.savings_found[mode]
         return all_int8(evaluator)
-    paying = frozenset(int(i) for i in np.flatnonzero(savings > 0))
+    paying = paying_in(savings)
     notes["paying"] = len(paying)
     return paying or all_int8(evaluator)
+
+
+def paying_in(saving: np.ndarray) -> frozenset[int]:
+    """The units whose lowering saves time (a positive saving)."""
+    return frozenset(int(i) for i in np.flatnonzero(saving > 0))
 
 
 def sensitivity_ranking(evaluator: Evaluator, mode: Mode, lowered: frozenset[int], plans: list[PrecisionPlan],
@@ -208,7 +213,7 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
             return SearchResult("proxy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
         notes["mode"] = mode.label
         saving = unit_saving(evaluator, mode, notes)
-        paying = frozenset(int(i) for i in np.flatnonzero(saving > 0))
+        paying = paying_in(saving)
         deviations = local_when_short(evaluator, mode, len(paying) + BISECTION_STEPS + 1, notes)
         notes["additive_error"] = "local deviation" if deviations is not None else "each group alone, end to end"
         if deviations is None:
