@@ -604,3 +604,24 @@ def test_screening_times_the_plans_in_turns_whatever_their_brief_time_said(chose
     spell.latency = summarize([1e6])  # as if its one block had fallen in a slow spell
     choice.evaluator.screen(evaluations, None)
     assert all(0 < e.screened_ms < 1e3 for e in evaluations) and spell.screened_ms < spell.ms / 1e3
+
+
+def test_each_lowered_float_mode_alone_is_screened_whatever_the_int8_plans_brief_times():
+    """OpenVINO bf16 with no group in int8 runs other kernels than every int8 plan: it is timed in turns with the fp32
+    plans even when more int8 plans than the screening takes measured faster in their one brief block (on PaddleOCR's
+    classifier at stop 71 it was the fastest plan in turns, and six int8 plans' brief times had left it out)."""
+    from rlcompile.layer.precision.api import SCREENED, screening_pool
+    from rlcompile.layer.precision.solvers import SearchResult
+
+    bf16, fp32 = Mode("openvino", "bf16"), Mode("openvino")
+    evaluator = counting([0.0] * 10)
+    for count in range(SCREENED + 2):  # every int8 plan's brief time below bf16's (10 ms)
+        evaluator(PrecisionPlan(fp32, frozenset(range(count + 1))))
+    alone = evaluator(PrecisionPlan(bf16))
+    evaluator(PrecisionPlan(fp32))  # exact: the plans screened are timed beside it, never in the pool
+    best = evaluator(PrecisionPlan(fp32, frozenset({0})))  # a search's best: first, however slow its brief time
+    pool = screening_pool(evaluator, [SearchResult("qlearning", best, 1)])
+    assert len(pool) == SCREENED and pool[0] is best and alone in pool
+    assert all(e.within and not e.plan.exact for e in pool)
+    fastest = sorted((e for e in evaluator.cache.values() if e.plan.int8), key=lambda e: e.ms)
+    assert [e for e in pool if e not in (best, alone)] == [e for e in fastest if e is not best][: SCREENED - 2]

@@ -42,8 +42,8 @@ from rlcompile.verify import compare_outputs
 SEARCHES = ("uniform", "greedy", "proxy")
 #: How many of the searches' plans (fastest first, distinct) join the final contest.
 FINALISTS = 4
-#: How many of them (each search's best, then the fastest within tolerance) are timed in turns with the fastest
-#: fp32 plan to decide which are faster (:meth:`Evaluator.screen`).
+#: How many of them (each search's best, each lowered float mode alone, then the fastest within tolerance) are timed
+#: in turns with the fp32 plans to decide which are faster (:meth:`Evaluator.screen`, :func:`screening_pool`).
 SCREENED = 6
 #: The label of a precision candidate starts with this.
 PRECISION = "precision:"
@@ -177,18 +177,30 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
     """The fastest distinct plans within tolerance (each search's best first), as one-segment candidates;
     only plans that run faster than every exact (fp32) plan when timed in turns with them (:meth:`Evaluator.screen`)."""
     exact = [e for e in evaluator.cache.values() if e.plan.exact and e.failure is None]
-    within = sorted((e for e in evaluator.cache.values() if e.within and e.failure is None and not e.plan.exact),
-                    key=lambda e: e.ms)  # fmt: skip
-    pool: list[Evaluation] = []
-    for evaluation in [*(s.best for s in searches if s.best and not s.best.plan.exact), *within]:
-        if evaluation not in pool and len(pool) < SCREENED:
-            pool.append(evaluation)
+    pool = screening_pool(evaluator, searches)
     runners = evaluator.screen(exact + pool, deadline) if pool and exact else {}
     exact_ms = min((e.ranking_ms for e in exact), default=np.inf)
     chosen = sorted((e for e in pool if e.ranking_ms < exact_ms), key=lambda e: e.ranking_ms)[:FINALISTS]
     found_by = {id(s.best): s.solver for s in reversed(searches) if s.best}  # the first search to find it
     return [candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"),
                          runners.get(e.plan)) for e in chosen]  # fmt: skip
+
+
+def screening_pool(evaluator: Evaluator, searches: list[SearchResult]) -> list[Evaluation]:
+    """The lowered plans within tolerance that are timed in turns with the fp32 plans, at most :data:`SCREENED`:
+    each search's best, each lowered float mode with no group in int8 (OpenVINO bf16), then the rest by brief time.
+
+    A mode alone runs other kernels than every int8 plan, and one brief block misjudges it as it does any plan: on
+    PaddleOCR's classifier (Zen 4, stop 71) OpenVINO bf16 was the fastest plan in the benchmark's contest, 0.90x
+    OpenVINO fp32, and had not been screened: six int8 plans had measured faster in their one block each."""
+    within = sorted((e for e in evaluator.cache.values() if e.within and e.failure is None and not e.plan.exact),
+                    key=lambda e: e.ms)  # fmt: skip
+    alone = [e for e in within if not e.plan.int8]
+    pool: list[Evaluation] = []
+    for evaluation in [*(s.best for s in searches if s.best and not s.best.plan.exact), *alone, *within]:
+        if evaluation not in pool and len(pool) < SCREENED:
+            pool.append(evaluation)
+    return pool
 
 
 def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Selection, contract: AccuracyContract,
