@@ -162,11 +162,9 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     ort, openvino = runtimes.create("ort"), runtimes.create("openvino")
     runners: dict[str, object] = {}
     notes: dict[str, str] = {}
-    runners["ort fp32"] = ort.compile(model.static_proto(), RuntimeOptions(threads, exclusive=True))
-    runners["ort fp32 (identical session)"] = ort.compile(model.static_proto(), RuntimeOptions(threads, exclusive=True))
-    runners["openvino fp32"] = openvino.compile(model.static_proto(), RuntimeOptions(threads, exclusive=True))
-    runners["openvino fp32 (identical session)"] = openvino.compile(model.static_proto(),
-                                                                    RuntimeOptions(threads, exclusive=True))
+    for runtime in (ort, openvino):  # each native fp32 run and its twin (TWINS), from one reading of the model
+        first, twin = runtime.compile_copies(model.static_proto(), 2, RuntimeOptions(threads, exclusive=True))
+        runners[f"{runtime.name} fp32"], runners[f"{runtime.name} fp32 (identical session)"] = first, twin
     if openvino.precisions()["bf16"] is None:
         runners["openvino bf16"] = openvino.compile(model.static_proto(), RuntimeOptions(threads, True, "bf16"))
     else:
