@@ -16,7 +16,7 @@ S=$(date +%s)
 lap() { echo "== $1 at $(( $(date +%s) - S )) s"; }
 $PY - <<'EOF' | tee "$OUT/machine.txt"
 from rlcompile.machine import cpu_flags, cpu_model, cpu_signature, host_cores, isa_class
-from rlcompile.layer.precision.quantize import has_vnni
+from rlcompile.precision.quantize import has_vnni
 from rlcompile.runtimes.openvino import BF16_FLAGS
 flags = cpu_flags()
 print("cpu", cpu_model(), "|", cpu_signature(), "| cores", host_cores(), "| isa", isa_class())
@@ -24,7 +24,7 @@ print("bf16 flags", sorted(flags & BF16_FLAGS), "| vnni", has_vnni(), "| amx", s
 EOF
 $PY -c "import tvm; d=tvm.cuda(0); print('cuda exists', d.exist, tvm.target.Target.from_device(d) if d.exist else '')"
 lap machine
-timeout 90 $PY -m rlcompile compare resnet18 --backends ort,tvm --target cuda --quick --json "$OUT/compare_cuda.json" 2>&1 | tail -8
+timeout 90 $PY -m rlcompile compare resnet18 --runtimes ort,tvm --target cuda --quick --json "$OUT/compare_cuda.json" 2>&1 | tail -8
 lap compare-cuda
 timeout 150 $PY -m pytest -q -p no:cacheprovider tests/layer/test_precision.py 2>&1 | tail -5
 lap precision-tests

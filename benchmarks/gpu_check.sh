@@ -19,13 +19,13 @@ t = time.perf_counter(); load_tensor_intrinsics(tvm.target.Target('cuda'))
 names = ['mma_ldmatrix_f16_a', 'mma_f16f16f32', 'wmma_sync_16x16x16_f16f16f32']
 print('cuda intrinsics', {n: TensorIntrin.get(n, allow_missing=True) is not None for n in names}, f'{time.perf_counter() - t:.1f} s')"
 lap intrinsics
-$PY -m rlcompile run resnet18 --backend tvm --target $T --quick --json $OUT/run_tvm.json 2>&1 | tail -8
+$PY -m rlcompile run resnet18 --runtime tvm --target $T --quick --json $OUT/run_tvm.json 2>&1 | tail -8
 lap run
-$PY -m rlcompile compare resnet18 --backends ort,tvm --target $T --quick --json $OUT/compare.json 2>&1 | tail -12
+$PY -m rlcompile compare resnet18 --runtimes ort,tvm --target $T --quick --json $OUT/compare.json 2>&1 | tail -12
 lap compare
 $PY -m rlcompile tasks resnet18 --target $T 2>&1 | tail -5
 lap tasks
-timeout 200 $PY -m rlcompile tune resnet18 --target $T --strategy chameleon --trials 48 --batch-size 8 --tasks 0,1,2 --work-dir /tmp/tw 2>&1 | tail -15
+timeout 200 $PY -m rlcompile tune resnet18 --target $T --agent chameleon --trials 48 --batch-size 8 --tasks 0,1,2 --work-dir /tmp/tw 2>&1 | tail -15
 lap tune
 $PY -m rlcompile build resnet18 --target $T --work-dir /tmp/tw -o /tmp/r18.tar 2>&1 | tail -5
 lap build

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         console.log(f"measuring with {setting} idle threads in a fresh process")
         environment = {k: v for k, v in os.environ.items() if k not in ("RLCOMPILE_SPIN", "GOMP_SPINCOUNT")} | variables
         command = [sys.executable, __file__, "--measure-here", "--model", args.model, "--threads", str(args.threads),
-                   "--libraries", args.libraries]  # fmt: skip
+                   "--runtimes", args.libraries]  # fmt: skip
         output = subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout
         settings[setting] = json.loads(output.strip().splitlines()[-1])
     from rlcompile.machine import environment as machine

@@ -4,7 +4,7 @@
                                   [--out results/optimize]
 
 Per model: ``rlcompile optimize MODEL --budget B -o OUT/runs/MODEL`` (the command a user runs, in its
-own process), then ``rlcompile compare MODEL --backends ort,tvm`` for untuned TVM. Reported: ORT native
+own process), then ``rlcompile compare MODEL --runtimes ort,tvm`` for untuned TVM. Reported: ORT native
 and OpenVINO native on the original model, the output after each stage (graph only, + kernel,
 + layer: all from the layer stage's one alternating measurement), untuned TVM / ORT, each stage's
 wall time, agreement with ONNX Runtime, the noise of identical sessions in the same run, and the
@@ -72,7 +72,7 @@ def evaluate(name: str, args: argparse.Namespace) -> dict:
     manifest = json.loads((output / "manifest.json").read_text())
     untuned = runs / f"{name}.tvm.json"
     if not untuned.exists():
-        run(["rlcompile", "compare", name, "--backends", "ort,tvm", "--quick",
+        run(["rlcompile", "compare", name, "--runtimes", "ort,tvm", "--quick",
              "--json", str(untuned)], log)  # fmt: skip
     return summarize(name, manifest, untuned, wall)
 

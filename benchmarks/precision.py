@@ -42,7 +42,11 @@ from rich.table import Table
 
 from rlcompile import atomic
 from rlcompile.errors import ModelError, first_line
-from rlcompile.layer.precision.contract import (
+from rlcompile.machine import cpu_model, cpu_signature, host_cores
+from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, Settle, run_contest
+from rlcompile.models import load_model
+from rlcompile.models.onnx_model import random_tensor
+from rlcompile.precision.contract import (
     AccuracyContract,
     Samples,
     check_sample,
@@ -52,10 +56,6 @@ from rlcompile.layer.precision.contract import (
     split_samples,
     within_tolerance,
 )
-from rlcompile.machine import cpu_model, cpu_signature, host_cores
-from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, Settle, run_contest
-from rlcompile.models import load_model
-from rlcompile.models.onnx_model import random_tensor
 
 console = Console(width=200)
 TASKS = {"ocr-rec": ("rlcompile.models.tasks:text_error", "ocr_rec_samples"),
@@ -97,7 +97,7 @@ def quantize_everything(proto, calibration: list[dict], folder: Path):
     import onnx
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    from rlcompile.layer.precision.quantize import SampleReader, has_vnni
+    from rlcompile.precision.quantize import SampleReader, has_vnni
 
     source, target = folder / "fp32.onnx", folder / "int8.onnx"
     onnx.save(proto, str(source))
@@ -146,8 +146,8 @@ def nncf_model(proto, samples: Samples, metric, reference, tolerance: float, ite
 def measure_model(name: str, args: argparse.Namespace) -> dict:
     """Every contender on one model: error on the held-out samples, latency in one alternating contest."""
     from rlcompile import runtimes
-    from rlcompile.layer.precision.api import choose_precision
-    from rlcompile.layer.selection import select_segments
+    from rlcompile.layer.selection.api import select_segments
+    from rlcompile.precision.api import choose_precision
     from rlcompile.runtimes import RuntimeOptions
     from rlcompile.runtimes.ort import run_proto
 
@@ -170,7 +170,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     else:
         notes["openvino bf16"] = openvino.precisions()["bf16"]
     with tempfile.TemporaryDirectory() as folder:
-        from rlcompile.layer.precision.quantize import with_per_channel_opset
+        from rlcompile.precision.quantize import with_per_channel_opset
 
         feeds = [samples.feeds(s) for s in calibration]
         int8 = quantize_everything(model.static_proto(), feeds, Path(folder))

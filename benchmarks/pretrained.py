@@ -105,7 +105,7 @@ def gather(args: argparse.Namespace) -> None:
     """Tune every entry of :data:`GATHER` (a finished one resumes to nothing)."""
     for model, tasks, per_task, strategy in GATHER:
         count = len(tasks.split(","))
-        command = ["rlcompile", "tune", model, "--tasks", tasks, "--trials", str(count * per_task), "--strategy",
+        command = ["rlcompile", "tune", model, "--tasks", tasks, "--trials", str(count * per_task), "--agent",
                    strategy, "--seed", "0" if strategy == "sa" else "1", "--scheduler", "round-robin",
                    "--cost-model", "none", "--target", args.target,
                    "--work-dir", str(data_dir(args.out, model, strategy))]  # fmt: skip

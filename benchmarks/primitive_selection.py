@@ -181,7 +181,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def evaluate_segments(name: str, threads: int, timing) -> dict:
     """``select_segments`` with Q-learning on one model: every plan measured and predicted, and the natives."""
     from rlcompile.layer.problem import SelectionProblem as Problem
-    from rlcompile.layer.selection import select_segments
+    from rlcompile.layer.selection.api import select_segments
 
     model = load_model(name)
     selection = select_segments(model, "qlearning", threads=threads, timing=timing,

@@ -48,9 +48,9 @@ QUANTISED = {"ocr-cls-q": "ocr-cls", "ocr-rec-q": "ocr-rec"}
 #: command -> arguments after MODEL; {out} is this (model, command)'s output folder.
 COMMANDS = {
     "run": ["--quick"],
-    "compare": ["--backends", "ort,tvm", "--quick"],
+    "compare": ["--runtimes", "ort,tvm", "--quick"],
     "tasks": [],
-    "graph": ["--agent", "taso", "--time-limit", "30", "--quick", "-o", "{out}/graph.onnx"],
+    "graph": ["--agent", "taso", "--budget", "30", "--quick", "-o", "{out}/graph.onnx"],
     "select": ["--agent", "qlearning", "--quick", "--budget", "60s", "-o", "{out}/plan", "--table-dir",
                "{out}/tables"],
     "optimize": ["--quick", "-o", "{out}/opt", "--json", "{out}/optimize.json"],
@@ -123,7 +123,7 @@ def command_arguments(command: str, full_timing: bool = False, select_budget: st
         else:
             arguments[at + 1] = select_budget
     if select_libraries is not None and command == "select":
-        arguments += ["--libraries", select_libraries]
+        arguments += ["--runtimes", select_libraries]
     return arguments
 
 

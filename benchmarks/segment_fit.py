@@ -54,7 +54,8 @@ from rlcompile.layer.in_context import (
 )
 from rlcompile.layer.problem import SelectionProblem
 from rlcompile.layer.segments import library_runs
-from rlcompile.layer.selection import Candidate, plan_price, pricing_problem
+from rlcompile.layer.selection.candidates import Candidate
+from rlcompile.layer.selection.pricing import plan_price, pricing_problem
 from rlcompile.layer.table import LookupTable
 
 

@@ -57,7 +57,7 @@ def one_run(args: argparse.Namespace, pool: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="rlcompile-throughput-") as scratch:
         work_dir = Path(scratch) / "work"
         command = [sys.executable, __file__, "--child", pool, "--work-dir", str(work_dir), "--model", args.model,
-                   "--strategy", args.strategy, "--trials", str(args.trials), "--batch-size", str(args.batch_size),
+                   "--agent", args.strategy, "--trials", str(args.trials), "--batch-size", str(args.batch_size),
                    "--seed", str(args.seed)]  # fmt: skip
         launched = time.time()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)

@@ -34,12 +34,12 @@ import onnx
 
 from rlcompile import runtimes
 from rlcompile.errors import RlcompileError, first_line
-from rlcompile.layer.precision.contract import VALIDATION
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.machine import check_machine, environment
 from rlcompile.manifest import MANIFEST, Manifest, OptimizeRecord
 from rlcompile.measure import Timer
 from rlcompile.models.onnx_model import LoadedModel, TensorSpec
+from rlcompile.precision.contract import VALIDATION
 from rlcompile.runtimes import RuntimeOptions
 
 REFERENCE = "reference.npz"

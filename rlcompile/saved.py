@@ -16,9 +16,9 @@ from pathlib import Path
 
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Listener, Phase, ignore
-from rlcompile.layer.precision.contract import VALIDATION, Recheck, recheck
 from rlcompile.machine import host_cores
 from rlcompile.measure import REPORT_ROUNDS, Contender, LatencyStats, MachineLoad, MeasureConfig, run_contest
+from rlcompile.precision.contract import VALIDATION, Recheck, recheck
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.verify import Agreement, compare_outputs
 

@@ -30,7 +30,7 @@ def test_models_lists_the_zoo_with_parameters_and_flops(capsys) -> None:
 
 
 def test_run_prints_the_median_latency(capsys, tmp_path: Path) -> None:
-    assert main(["run", "lenet5", "--backend", "tvm", "--quick", "--json", str(tmp_path / "r.json")]) == 0
+    assert main(["run", "lenet5", "--runtime", "tvm", "--quick", "--json", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("lenet5 on tvm (llvm, untuned") and "median" in out and " ms" in out
     result = json.loads((tmp_path / "r.json").read_text())["results"][0]
@@ -58,11 +58,11 @@ def test_compare_on_a_foreign_dynamic_model_with_input_shape(dynamic_conv_model:
         (["run", "{garbage}"], "cannot read ONNX model"),
         (["run", "{missing}"], "no such model file"),
         (["run", "resnet1000"], "unknown model 'resnet1000'"),
-        (["run", "{stft}", "--backend", "tvm"], "TVM cannot import stft"),
+        (["run", "{stft}", "--runtime", "tvm"], "TVM cannot import stft"),
         (["run", "{custom}"], "ONNX Runtime cannot run custom"),
-        (["run", "lenet5", "--backend", "tvm", "--target", "vulkan-9000"], "unknown target"),
-        (["compare", "lenet5", "--backends", "ort,trt"], "unknown backend 'trt'"),
-        (["compare", "lenet5", "--backends", ","], "--backends is empty"),
+        (["run", "lenet5", "--runtime", "tvm", "--target", "vulkan-9000"], "unknown target"),
+        (["compare", "lenet5", "--runtimes", "ort,trt"], "unknown runtime 'trt'"),
+        (["compare", "lenet5", "--runtimes", ","], "--runtimes is empty"),
         (["run", "lenet5", "--input-shape", "input=1,x"], "bad --input-shape"),
         (["run", "lenet5", "--min-time", "0"], "--min-time must be positive"),
     ],
@@ -88,4 +88,26 @@ def test_console_script_exit_status_and_no_traceback(garbage_file: Path) -> None
 
 def test_argparse_usage_errors_also_exit_2() -> None:
     assert run_cli("run").returncode == 2
-    assert run_cli("run", "lenet5", "--backend", "nope").returncode == 2
+    assert run_cli("run", "lenet5", "--runtime", "nope").returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["run", "lenet5", "--backend", "tvm"], "runtime", "tvm"),
+        (["compare", "lenet5", "--backends", "ort,openvino"], "runtimes", "ort,openvino"),
+        (["select", "lenet5", "--libraries", "ort"], "runtimes", "ort"),
+        (["optimize", "lenet5", "-o", "out", "--libraries", "ort"], "runtimes", "ort"),
+        (["optimize", "lenet5", "-o", "out", "--strategy", "sa"], "kernel_agent", "sa"),
+        (["tune", "lenet5", "--strategy", "sa"], "agent", "sa"),
+        (["graph", "lenet5", "--time-limit", "30"], "budget", "30"),
+        (["graph-train", "--models", "lenet5", "--checkpoint", "c", "--time-limit", "30"], "budget", "30"),
+    ],
+)
+def test_old_flag_names_still_work_and_say_what_replaces_them(argv: list[str], dest: str, value: str) -> None:
+    from rlcompile.cli import build_parser
+    from rlcompile.errors import RlcompileWarning
+
+    with pytest.warns(RlcompileWarning, match="is deprecated: use --"):
+        args = build_parser().parse_args(argv)
+    assert getattr(args, dest) == value

@@ -22,7 +22,7 @@ def ort_plan(tmp_path_factory) -> Path:
     """A real plan of one segment on ONNX Runtime: ``select`` on lenet5 with ORT as the only library."""
     folder = tmp_path_factory.mktemp("export")
     plan = folder / "lenet5.plan"
-    argv = ["select", "lenet5", "--libraries", "ort", "--threads", "2", "--quick", "-o", str(plan),
+    argv = ["select", "lenet5", "--runtimes", "ort", "--threads", "2", "--quick", "-o", str(plan),
             "--table-dir", str(folder / "tables")]  # fmt: skip
     assert main(argv) == 0
     return plan

@@ -56,7 +56,7 @@ def journal_lines(path: Path) -> list[str]:
 def test_tune_killed_resumes_without_loss_or_double_count_refuses_a_second_process_and_a_full_disk(tmp_path: Path):
     work = tmp_path / "work"
     journal = work / "measurements.jsonl"
-    command = ["tune", "lenet5", "--strategy", "random", "--trials", "24", "--batch-size", "4", "--seed", "5",
+    command = ["tune", "lenet5", "--agent", "random", "--trials", "24", "--batch-size", "4", "--seed", "5",
                "--work-dir", str(work)]  # fmt: skip
     first = start(*command)
     wait_for(lambda: len(journal_lines(journal)) >= 4, first)
@@ -100,7 +100,7 @@ def test_tune_killed_resumes_without_loss_or_double_count_refuses_a_second_proce
 
 def test_select_killed_while_profiling_resumes_at_the_group_where_it_stopped(tmp_path: Path):
     tables, plan = tmp_path / "tables", tmp_path / "lenet5.plan"
-    command = ["select", "lenet5", "--agent", "greedy", "--libraries", "ort,torch", "--threads", "1", "--quick",
+    command = ["select", "lenet5", "--agent", "greedy", "--runtimes", "ort,torch", "--threads", "1", "--quick",
                "--table-dir", str(tables), "-o", str(plan)]  # fmt: skip
     first = start(*command)
     wait_for(lambda: any(tables.glob("*.partial")), first)
@@ -141,7 +141,7 @@ def test_optimize_killed_in_the_kernel_stage_resumes_it(tmp_path: Path):
     # the contests in 0.02 s blocks, also when fitted to a deadline: what is checked is the resumed tuning, not how
     # finely the plans time (lenet5: 0.05 ms a call)
     command = ["optimize", "lenet5", "-o", str(output), "--levels", "kernel,layer", "--budget", "150s",
-               "--trials", "16", "--libraries", "ort,tvm", "--min-time", "0.02"]  # fmt: skip
+               "--trials", "16", "--runtimes", "ort,tvm", "--min-time", "0.02"]  # fmt: skip
     first = start(*command)
     # the kernel stage's first batch: a slow machine measured only 14 candidates in an 18 s share
     wait_for(lambda: len(journal_lines(journal)) >= 4, first)

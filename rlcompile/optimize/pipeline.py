@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Event, Listener, Reuse, ignore
-from rlcompile.layer.selection import Selection
+from rlcompile.layer.selection.record import Selection
 from rlcompile.locks import exclusive
 from rlcompile.manifest import LatencyRecord, Manifest, OptimizeRecord
 from rlcompile.models import Shape, load_model
@@ -158,7 +158,7 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
     of one program differ only by the machine's noise, reported beside them; a resnet50 run on the slowed VM
     reported OpenVINO native's twin as 1.107x the faster native, 11.2% noise, OpenVINO native itself being slower).
     """
-    from rlcompile.layer.selection import native_twin
+    from rlcompile.layer.selection.candidates import native_twin
 
     natives = {name: stats.median_ms for name, stats in selection.natives.items() if "identical" not in name}
     original = min(natives.values())

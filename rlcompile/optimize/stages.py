@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Protocol
 from rlcompile import atomic, runtimes
 from rlcompile.errors import ModelError, RlcompileError, first_line
 from rlcompile.events import Decision, Event, Listener, Phase, Reuse, Step
-from rlcompile.layer.choose import choose_plan
-from rlcompile.layer.precision.contract import DEFAULT_TOLERANCE, AccuracyContract
-from rlcompile.layer.selection import Selection
+from rlcompile.layer.selection.record import Selection
 from rlcompile.manifest import STAGE_RECORDS, GraphRecord, KernelRecord, LayerRecord, Record
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import DEFAULT_LAYOUT
 from rlcompile.optimize.budget import GRAPH_SEARCH_SHARE, JUDGE_SHARE, KERNEL_FLOOR_S, Budget
 from rlcompile.plan import fingerprint
+from rlcompile.precision.choose import choose_plan
+from rlcompile.precision.contract import DEFAULT_TOLERANCE, AccuracyContract
 
 if TYPE_CHECKING:
     from rlcompile.kernel.headroom import Headroom

@@ -73,7 +73,7 @@ def test_graph_train_world_model_then_apply_it_to_another_graph(capsys, tmp_path
         onnx.save(onnx.shape_inference.infer_shapes(inception_block()), str(file))
     checkpoint = tmp_path / "world.pt"
     code = main(["graph-train", "--agent", "world-model", "--models", str(files[0]), "--checkpoint", str(checkpoint),
-                 "--train-episodes", "4", "--steps", "3", "--time-limit", "10"])  # fmt: skip
+                 "--train-episodes", "4", "--steps", "3", "--budget", "10"])  # fmt: skip
     assert code == 0 and checkpoint.exists() and not (tmp_path / "world.pt.training").exists()
     assert "world-model trained on a" in capsys.readouterr().out
     code = main(["graph", str(files[1]), "--agent", "world-model", "--load", str(checkpoint), "--steps", "3",

@@ -14,7 +14,7 @@ from tests.sleeps import sleeps_per_call
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> Path:
     work_dir = tmp_path_factory.mktemp("lenet5_work")
-    assert main(["tune", "lenet5", "--strategy", "random", "--trials", "16", "--batch-size", "8",
+    assert main(["tune", "lenet5", "--agent", "random", "--trials", "16", "--batch-size", "8",
                  "--work-dir", str(work_dir), "--seed", "1"]) == 0  # fmt: skip
     return work_dir
 
@@ -35,7 +35,7 @@ def test_tune_writes_journal_and_summary(tuned: Path) -> None:
 
 
 def test_rerunning_tune_resumes(tuned: Path, capsys) -> None:
-    assert main(["tune", "lenet5", "--strategy", "random", "--trials", "16", "--batch-size", "8",
+    assert main(["tune", "lenet5", "--agent", "random", "--trials", "16", "--batch-size", "8",
                  "--work-dir", str(tuned), "--seed", "1"]) == 0  # fmt: skip
     assert "resumed: 16 measurements" in capsys.readouterr().err
     assert len((tuned / "measurements.jsonl").read_text().splitlines()) == 16
@@ -79,7 +79,7 @@ def test_config_file_is_equivalent_to_flags(tmp_path: Path, capsys) -> None:
                                   "tasks": "0"}))  # fmt: skip
     assert main(["tune", "lenet5", "--config", str(config)]) == 0
     summary = json.loads((work_dir / "tune_summary.json").read_text())
-    assert summary["request"]["strategy"] == "sa"
+    assert summary["request"]["agent"] == "sa"
     assert [t["trials"] for t in summary["tasks"]] == [8]
 
 
@@ -87,7 +87,7 @@ def test_config_file_is_equivalent_to_flags(tmp_path: Path, capsys) -> None:
     ("args", "message"),
     [
         (["tune", "lenet5", "--trials", "0", "--work-dir", "{tmp}"], "--trials must be positive"),
-        (["tune", "lenet5", "--strategy", "magic", "--work-dir", "{tmp}"], "unknown strategy 'magic'"),
+        (["tune", "lenet5", "--agent", "magic", "--work-dir", "{tmp}"], "unknown strategy 'magic'"),
         (["tune", "lenet5", "--trials", "8"], "tune needs --work-dir"),
         (["tune", "lenet5", "--tasks", "42", "--work-dir", "{tmp}"], "--tasks 42"),
         (["tune", "lenet5", "--rpc-tracker", "nowhere", "--work-dir", "{tmp}"], "bad --rpc-tracker"),

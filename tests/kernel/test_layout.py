@@ -127,7 +127,7 @@ def test_blocked_tasks_still_find_their_onnx_operator(residual_block, target):
 def test_tuned_and_built_in_nchwc_agrees_with_onnx_runtime(block, request, tmp_path, capsys):
     model = request.getfixturevalue(block)
     work = tmp_path / "work"
-    tune = ["tune", str(model), "--strategy", "random", "--trials", "8", "--batch-size", "4",
+    tune = ["tune", str(model), "--agent", "random", "--trials", "8", "--batch-size", "4",
             "--work-dir", str(work)]  # fmt: skip
     assert main([*tune, "--layout", "nchwc"]) == 0
     assert json.loads((work / "environment.json").read_text())["layout"] == "nchwc"

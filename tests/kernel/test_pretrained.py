@@ -151,7 +151,7 @@ def test_pretrain_command_writes_a_model_that_tune_takes(source_dir, tmp_path) -
     assert main(["pretrain", str(source_dir), "-o", str(output)]) == 0
     assert PretrainedModel.load(output).samples == 24
     assert main(["tune", "L6", "--work-dir", str(tmp_path / "work"), "--trials", "8", "--batch-size", "8",
-                 "--strategy", "sa", "--cost-model", str(output)]) == 0  # fmt: skip
+                 "--agent", "sa", "--cost-model", str(output)]) == 0  # fmt: skip
     summary = json.loads((tmp_path / "work" / "tune_summary.json").read_text())
     assert summary["tasks"][0]["cost_model"].startswith("pretrained")
 

@@ -94,7 +94,7 @@ def kill_when_serving(server: subprocess.Popen, log: Path, served: int, timeout_
 def test_tuning_through_two_rpc_servers_survives_one_being_killed(cluster, tmp_path: Path, capsys) -> None:
     tracker_port, servers = cluster
     work = tmp_path / "work"
-    command = ["tune", "lenet5", "--strategy", "random", "--trials", "8", "--batch-size", "4", "--tasks", "0",
+    command = ["tune", "lenet5", "--agent", "random", "--trials", "8", "--batch-size", "4", "--tasks", "0",
                "--work-dir", str(work), "--rpc-tracker", f"127.0.0.1:{tracker_port}", "--rpc-key", KEY]  # fmt: skip
     assert main(command) == 0
     journal = [json.loads(line) for line in (work / "measurements.jsonl").read_text().splitlines()]

@@ -8,7 +8,8 @@ import pytest
 from rlcompile.layer.fit import BOUNDARY_SCALE_RANGE, FACTOR_RANGE, apply_fit, bounded_least_squares, fit_plans
 from rlcompile.layer.in_context import Drift
 from rlcompile.layer.problem import SelectionProblem
-from rlcompile.layer.selection import Candidate, measured_plans
+from rlcompile.layer.selection.candidates import Candidate
+from rlcompile.layer.selection.pricing import measured_plans
 from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 from rlcompile.measure import summarize
 

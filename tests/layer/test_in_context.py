@@ -133,7 +133,8 @@ def test_what_short_segments_cost_more_is_priced_at_the_switch_not_on_the_groups
 def test_a_single_library_plan_that_falls_back_is_priced_as_calibrated_and_a_mixed_plan_in_context():
     """A library that cannot run every group runs the rest in the default library: that plan is what the
     calibration measured, so the segment clocks' corrections (fitted on mixed plans) do not move its price."""
-    from rlcompile.layer.selection import Candidate, plan_drift, price_candidates
+    from rlcompile.layer.selection.candidates import Candidate
+    from rlcompile.layer.selection.pricing import plan_drift, price_candidates
 
     problem = SelectionProblem(chain_table())
     corrected = apply_group_prices(problem, SegmentFit({"g1": {"a": 3.0}, "g2": {"b": 2.0}}))
@@ -229,7 +230,8 @@ def test_every_plan_a_probe_timed_is_refitted_each_at_its_own_probes_speed():
     from types import SimpleNamespace
 
     from rlcompile.events import ignore
-    from rlcompile.layer.selection import Candidate, price_in_context
+    from rlcompile.layer.selection.candidates import Candidate
+    from rlcompile.layer.selection.pricing import price_in_context
 
     def timed(assignment: list[str], segments: list[TimedSegment], drift: float) -> Candidate:
         compiled = [SimpleNamespace(segment=SimpleNamespace(library=s.library, groups=list(s.groups)))

@@ -14,7 +14,9 @@ from rlcompile.cli import main
 from rlcompile.events import Event, Reuse, Step, ignore
 from rlcompile.layer.in_context import Drift
 from rlcompile.layer.problem import SelectionProblem, exact, idle_libraries
-from rlcompile.layer.selection import ROUNDS, TIE_BAND, UNHURRIED_BATCHES, Candidate, pick, select_segments
+from rlcompile.layer.selection.api import select_segments
+from rlcompile.layer.selection.candidates import TIE_BAND, Candidate, pick
+from rlcompile.layer.selection.timing import ROUNDS, UNHURRIED_BATCHES
 from rlcompile.layer.table import read_table
 from rlcompile.measure import QUICK, summarize
 from rlcompile.measure.contest import Settle
@@ -126,7 +128,7 @@ def test_a_plan_from_another_cpu_or_a_broken_directory_is_refused_in_one_line(se
 def test_select_cli_writes_a_plan_directory_that_run_runs(tmp_path: Path, capsys):
     out = tmp_path / "lenet.plan"
     code = main(["select", "lenet5", "--agent", "greedy", "--quick", "-o", str(out), "--table-dir", str(tmp_path),
-                 "--libraries", "ort,torch", "--threads", "1"])  # fmt: skip
+                 "--runtimes", "ort,torch", "--threads", "1"])  # fmt: skip
     assert code == 0
     printed = capsys.readouterr().out
     assert "plans run end to end" in printed and "timing noise of this run" in printed and "wrote" in printed
@@ -139,7 +141,7 @@ def test_select_cli_writes_a_plan_directory_that_run_runs(tmp_path: Path, capsys
 def test_select_within_a_budget_profiles_the_default_library_only_when_time_is_short(tmp_path: Path):
     report = tmp_path / "select.json"
     code = main(["select", "lenet5", "--agent", "greedy", "--quick", "--budget", "1s", "-o", str(tmp_path / "plan"),
-                 "--table-dir", str(tmp_path / "tables"), "--libraries", "ort,torch", "--threads", "1", "--json",
+                 "--table-dir", str(tmp_path / "tables"), "--runtimes", "ort,torch", "--threads", "1", "--json",
                  str(report)])  # fmt: skip
     assert code == 0
     groups = json.loads(report.read_text())["groups"]
@@ -161,7 +163,7 @@ def test_run_refuses_saved_results_of_different_models_and_several_models(select
 
 
 def test_select_bad_options_exit_2(capsys, tmp_path: Path):
-    assert main(["select", "lenet5", "--libraries", "ort,cudnn"]) == 2
+    assert main(["select", "lenet5", "--runtimes", "ort,cudnn"]) == 2
     assert main(["select", "lenet5", "--threads", "0"]) == 2
     assert main(["select", "lenet5", "--tuning-db", str(tmp_path / "nowhere")]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
@@ -270,7 +272,7 @@ def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_nat
 def test_the_final_contest_floor_is_reserved_from_the_native_latency_and_the_predictions():
     import time
 
-    from rlcompile.layer.selection import REFINED_PLANS, FinalReserve, call_seconds, native_runtimes
+    from rlcompile.layer.selection.deadline import REFINED_PLANS, FinalReserve, call_seconds, native_runtimes
     from rlcompile.measure.contest import floor_seconds
 
     calls: list[float] = []
@@ -291,7 +293,7 @@ def test_the_final_contest_floor_is_reserved_from_the_native_latency_and_the_pre
 def test_the_refining_probe_runs_only_when_it_fits_beside_the_final_contest():
     import time
 
-    from rlcompile.layer.selection import PROBE_SHARE, probe_deadline
+    from rlcompile.layer.selection.deadline import PROBE_SHARE, probe_deadline
 
     assert probe_deadline(None, 5.0, 1.0) == (True, None)  # no deadline: no limit
     now = time.monotonic()
@@ -360,7 +362,7 @@ def test_boundary_probes_past_the_profiles_deadline_take_far_fewer_calls():
 
 
 def test_a_late_calibration_takes_the_probes_measurement_of_the_single_library_plans_as_the_tables_speed():
-    from rlcompile.layer.selection import late_calibration, recalibrate
+    from rlcompile.layer.selection.probe import late_calibration, recalibrate
     from rlcompile.layer.table import LookupTable
 
     table = LookupTable("toy", [], {}, {}, [], {}, notes={"cut_short": 1, "ort_native_ms": 9.0})
@@ -382,7 +384,7 @@ def test_a_plan_that_is_its_librarys_native_run_and_that_native_run_are_one_meas
     from types import SimpleNamespace
 
     from rlcompile.layer.group_table import merge_twins
-    from rlcompile.layer.selection import recalibrate
+    from rlcompile.layer.selection.probe import recalibrate
     from rlcompile.layer.table import LookupTable
 
     plans, natives = {"ort": 4.0, "openvino": 6.0}, {"ort": 9.0, "openvino": 3.0}
@@ -403,7 +405,7 @@ def test_a_probe_pools_its_measurement_of_a_fall_back_plan_with_the_calibrations
     library's native run (ORT native's for a library without one); a plan that runs the model whole stays."""
     from types import SimpleNamespace
 
-    from rlcompile.layer.selection import pool_fall_backs
+    from rlcompile.layer.selection.probe import pool_fall_backs
     from rlcompile.layer.table import LookupTable
 
     whole = object()
@@ -431,7 +433,7 @@ def test_plans_are_solved_after_a_probe_only_when_another_probe_can_measure_them
     contest unmeasured by any probe."""
     import time
 
-    from rlcompile.layer.selection import another_probe_fits, probe_deadline
+    from rlcompile.layer.selection.deadline import another_probe_fits, probe_deadline
 
     assert another_probe_fits(None, None, 3.0, 1.0)
     deadline = time.monotonic() + 10.0
@@ -450,7 +452,7 @@ def test_plans_are_solved_after_a_probe_only_when_another_probe_can_measure_them
 def test_the_last_probe_reserves_nothing_for_plans_it_will_not_find():
     """What must follow a probe: the compiles of the plans it finds (at the slowest plan compile so far) and of the
     whole models (at a native session's), and the final contest with them; the last probe finds none."""
-    from rlcompile.layer.selection import REFINED_PLANS, FinalReserve
+    from rlcompile.layer.selection.deadline import REFINED_PLANS, FinalReserve
 
     plans = [Candidate(["single:ort"], ["ort"], 30.0, engine=object())]
     reserve = FinalReserve(0.05, natives=4, runtimes=2, whole_s=0.5)
@@ -479,7 +481,8 @@ def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_libra
     from rlcompile.events import ignore
     from rlcompile.layer import solvers
     from rlcompile.layer.problem import SelectionProblem
-    from rlcompile.layer.selection import candidate_plans, refine
+    from rlcompile.layer.selection.candidates import candidate_plans
+    from rlcompile.layer.selection.probe import refine
 
     grouped = selection.grouped
     created = {name: runtimes.create(name) for name in ("ort", "openvino", "torch")}
@@ -520,7 +523,7 @@ def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_libra
 def test_a_plan_is_judged_round_by_round_against_its_libraries_speed_in_that_round():
     """A machine that slows for a spell moves a plan and the libraries' speeds together: each round's prediction is
     at the speeds of that round, and a round missing a library the plan uses is not judged."""
-    from rlcompile.layer.selection import Selection
+    from rlcompile.layer.selection.record import Selection
     from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 
     edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
@@ -550,7 +553,7 @@ def test_a_plan_is_judged_round_by_round_against_its_libraries_speed_in_that_rou
 def test_a_single_library_plan_is_judged_by_its_librarys_native_run_never_by_itself():
     """The single-library plans gauge each library's speed for the mixed plans; judging one, its own measurement is
     left out: its library's native run (then at the calibration, now in the final contest) gauges it instead."""
-    from rlcompile.layer.selection import Selection
+    from rlcompile.layer.selection.record import Selection
     from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 
     edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
@@ -573,7 +576,8 @@ def test_a_single_library_plan_is_judged_by_its_librarys_native_run_never_by_its
 def test_a_single_library_plan_no_native_run_gauges_is_judged_by_its_twin():
     """PyTorch has no native run: without a twin its plan was judged at ORT's drift; its twin (the plan compiled
     again and timed in the same contest) gauges PyTorch's own speed, pooled and round by round."""
-    from rlcompile.layer.selection import PLAN_TWIN, Selection
+    from rlcompile.layer.selection.record import Selection
+    from rlcompile.layer.selection.timing import PLAN_TWIN
     from rlcompile.layer.table import SINK, SOURCE, Edge, LookupTable
 
     edges = [Edge(SOURCE, "g1", "x", (1, 8)), Edge("g1", "g2", "y", (1, 8)), Edge("g2", SINK, "z", (1, 8))]
@@ -599,7 +603,7 @@ def test_a_plans_segments_share_out_its_own_median_each_by_its_mean():
     """A segment whose calls now and then wait (a slow call in ten) is dearer than its median says: the segments'
     medians add up to less than the plan's median, and the fit priced many-segment plans low. The shares add up to
     the plan's median and the slow calls count in the segment they happened in."""
-    from rlcompile.layer.selection import segment_shares
+    from rlcompile.layer.selection.timing import segment_shares
 
     spiky = [0.001] * 9 + [0.010]  # seconds per call: 1 ms, once 10 ms
     steady = [0.002] * 10

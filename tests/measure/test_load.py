@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlcompile.events import Noise
-from rlcompile.layer.selection import report_noise
+from rlcompile.layer.selection.timing import report_noise
 from rlcompile.manifest import LatencyRecord
 from rlcompile.measure import Contender, MeasureConfig, contest, run_contest
 from rlcompile.measure.load import CpuTicks, MachineLoad, cpu_ticks, load_words, machine_load

@@ -115,7 +115,7 @@ def test_onnx_runtime_paths_accept_the_model(kind: str, tmp_path: Path, capsys) 
     brief = ["--quick", "--min-time", "0.02"]
     assert cli("run", path, *brief) == 0
     assert cli("graph", path, "--agent", "greedy", "--steps", "5", *brief, "-o", tmp_path / "g.onnx") == 0
-    assert cli("select", path, "--agent", "greedy", "--libraries", "ort,openvino", "--threads", "1", *brief,
+    assert cli("select", path, "--agent", "greedy", "--runtimes", "ort,openvino", "--threads", "1", *brief,
                "-o", tmp_path / "plan", "--table-dir", tmp_path / "tables") == 0  # fmt: skip
     assert cli("run", tmp_path / "plan", *brief) == 0
     assert "DISAGREES" not in capsys.readouterr().out
@@ -124,7 +124,7 @@ def test_onnx_runtime_paths_accept_the_model(kind: str, tmp_path: Path, capsys) 
 @pytest.mark.parametrize("kind", list(MODELS))
 def test_tvm_paths_run_the_model_or_name_what_stops_them(kind: str, tmp_path: Path, capsys) -> None:
     path = MODELS[kind](tmp_path)
-    status = cli("compare", path, "--backends", "ort,tvm", "--quick")
+    status = cli("compare", path, "--runtimes", "ort,tvm", "--quick")
     captured = capsys.readouterr()
     if kind in TVM_UNSUPPORTED:
         assert status == 2 and TVM_UNSUPPORTED[kind] in captured.err and captured.err.count("\n") == 1
@@ -144,7 +144,7 @@ def test_a_model_whose_fold_fails_runs_in_ort_and_tvm_folds_it_with_ort(dynamic_
     model = load_model(str(dynamic_conv_model), {"x": (1, 3, 8, 8)})
     assert model.fold_failure and "simulated onnxslim failure" in model.fold_failure
     assert any(node.op_type == "Shape" for node in model.proto.graph.node)  # kept as it is
-    assert cli("compare", dynamic_conv_model, "--input-shape", "x=1,3,8,8", "--backends", "ort,tvm", "--quick") == 0
+    assert cli("compare", dynamic_conv_model, "--input-shape", "x=1,3,8,8", "--runtimes", "ort,tvm", "--quick") == 0
     assert "yes" in capsys.readouterr().out
 
 
@@ -154,7 +154,7 @@ def test_optimize_goes_on_without_the_kernel_level_when_tvm_cannot_import_the_mo
     path = quantised(tmp_path)
     output = tmp_path / "opt"
     # a budget whose kernel share passes KERNEL_FLOOR_S, so that the stage starts and meets TVM's refusal
-    assert cli("optimize", path, "-o", output, "--levels", "kernel,layer", "--budget", "150s", "--libraries",
+    assert cli("optimize", path, "-o", output, "--levels", "kernel,layer", "--budget", "150s", "--runtimes",
                "ort,openvino", "--threads", "1") == 0  # fmt: skip
     manifest = json.loads((output / "manifest.json").read_text())
     assert "ConvInteger" in manifest["optimize"]["stages"]["kernel"]["skipped"]

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 
 from rlcompile.errors import RlcompileError
-from rlcompile.layer.precision.contract import top1
 from rlcompile.models.tasks import detection_error, lenet_digits, main, ocr_det_samples
+from rlcompile.precision.contract import top1
 from tests.shipped import shipped_model
 
 

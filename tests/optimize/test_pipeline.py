@@ -12,7 +12,7 @@ import pytest
 import rlcompile
 from rlcompile.events import Event, Reuse, Step
 from rlcompile.graph.api import keeps
-from rlcompile.layer.selection import TIE_BAND
+from rlcompile.layer.selection.candidates import TIE_BAND
 from rlcompile.optimize import OptimizeRequest, StageSettings, optimize
 from rlcompile.verify import compare_outputs
 from tests.timing import BLOCKS
@@ -114,7 +114,7 @@ def test_a_plan_that_is_a_native_run_itself_is_reported_at_that_runs_time(interr
     the faster native, OpenVINO native itself; in another run 1.107x it, OpenVINO native being the slower)."""
     from dataclasses import replace
 
-    from rlcompile.layer.selection import native_twin
+    from rlcompile.layer.selection.candidates import native_twin
     from rlcompile.optimize.pipeline import stage_latencies
 
     selection = interrupted_then_resumed[1].selection

@@ -12,7 +12,11 @@ import pytest
 
 from rlcompile.cli import main
 from rlcompile.errors import RlcompileError
-from rlcompile.layer.precision.contract import (
+from rlcompile.layer.selection.api import select_segments
+from rlcompile.measure import QUICK, LatencyStats
+from rlcompile.models import load_model
+from rlcompile.plan import load_plan, save_plan
+from rlcompile.precision.contract import (
     VALIDATION,
     AccuracyContract,
     load_metric,
@@ -22,14 +26,10 @@ from rlcompile.layer.precision.contract import (
     top1,
     within_tolerance,
 )
-from rlcompile.layer.precision.evaluate import BudgetSpent, Evaluation, Evaluator
-from rlcompile.layer.precision.quantize import Quantizer, placement_for
-from rlcompile.layer.precision.solvers import knapsack
-from rlcompile.layer.precision.space import Mode, PrecisionPlan, Unit
-from rlcompile.layer.selection import select_segments
-from rlcompile.measure import QUICK, LatencyStats
-from rlcompile.models import load_model
-from rlcompile.plan import load_plan, save_plan
+from rlcompile.precision.evaluate import BudgetSpent, Evaluation, Evaluator
+from rlcompile.precision.quantize import Quantizer, placement_for
+from rlcompile.precision.searches.proxy import knapsack
+from rlcompile.precision.space import Mode, PrecisionPlan, Unit
 from rlcompile.saved import time_saved
 from tests.timing import BLOCKS
 
@@ -108,7 +108,7 @@ def test_groups_whose_int8_kernels_are_not_faster_stay_in_float(search: str):
     """Where the runtime's counters say a group's int8 kernels save nothing (OpenVINO's int8 fully connected
     layers and first convolution on Zen 3), greedy starts from the groups that pay, not from all, and the proxy's
     knapsack never takes the others: after the all-int8 plan, no plan lowers them."""
-    from rlcompile.layer.precision.solvers import create
+    from rlcompile.precision.searches import create
 
     deviations = [0.05 - 0.001 * i for i in range(40)]
     evaluator = counting(deviations, max_evaluations=24, probed=True, saved=[-0.2] * 10 + [1.0] * 30)
@@ -127,7 +127,7 @@ def test_groups_whose_int8_kernels_are_not_faster_stay_in_float(search: str):
 def test_a_kernel_is_charged_to_the_group_that_holds_most_of_its_nodes():
     from types import SimpleNamespace
 
-    from rlcompile.layer.precision.savings import group_times
+    from rlcompile.precision.savings import group_times
 
     groups = [SimpleNamespace(nodes=["conv1", "relu1"]), SimpleNamespace(nodes=["conv2", "add2"])]
     layers = [(frozenset({"conv1", "relu1", "conv2_QuantizeLinear"}), 1.0),
@@ -140,8 +140,8 @@ def test_a_kernel_is_charged_to_the_group_that_holds_most_of_its_nodes():
 def test_what_each_group_saves_comes_from_the_runtimes_counters(tmp_path: Path, runtime: str):
     """OpenVINO's counters on the float and the all-int8 model price each unit's kernels; ONNX Runtime keeps none
     that this reads (the proxy then weighs the units by their MACs)."""
-    from rlcompile.layer.precision.savings import unit_savings
-    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.precision.savings import unit_savings
+    from rlcompile.precision.space import precision_units
     from rlcompile.runtimes import RuntimeOptions, create
 
     proto, groups = residual_block()
@@ -161,7 +161,7 @@ def test_what_each_group_saves_comes_from_the_runtimes_counters(tmp_path: Path, 
 
 
 def test_greedy_raises_back_the_most_sensitive_groups_by_bisection():
-    from rlcompile.layer.precision.solvers import greedy
+    from rlcompile.precision.searches.greedy import greedy
 
     # 40 groups, 0.05 down to 0.011: within once the summed deviation left in int8 is below 0.1 (no sample wrong),
     # that is with the 7 least sensitive alone (0.098): 33 raised back
@@ -175,8 +175,9 @@ def test_greedy_raises_back_the_most_sensitive_groups_by_bisection():
 
 
 def test_whether_int8_pays_is_judged_in_turns_not_by_one_brief_time():
-    from rlcompile.layer.precision.solvers import INT8_DOES_NOT_PAY, greedy
     from rlcompile.measure.timing import summarize
+    from rlcompile.precision.searches.base import INT8_DOES_NOT_PAY
+    from rlcompile.precision.searches.greedy import greedy
 
     class SlowSpell(CountingEvaluator):
         """The all-int8 plan's one brief block fell in a slow spell; timed in turns it runs as fast as it is."""
@@ -203,7 +204,7 @@ def test_whether_int8_pays_is_judged_in_turns_not_by_one_brief_time():
 
 
 def test_without_a_probe_greedy_ranks_by_reverting_each_group_and_the_proxy_measures_each_alone():
-    from rlcompile.layer.precision.solvers import greedy, proxy
+    from rlcompile.precision.searches import greedy, proxy
 
     deviations = [0.06, 0.01, 0.01, 0.01, 0.01, 0.01]
     evaluator = counting(deviations, max_evaluations=8)  # short of time for NNCF's ranking; its probe fails
@@ -217,7 +218,7 @@ def test_without_a_probe_greedy_ranks_by_reverting_each_group_and_the_proxy_meas
 
 
 def test_greedy_ranks_end_to_end_where_its_time_affords_it_even_with_a_probe():
-    from rlcompile.layer.precision.solvers import greedy
+    from rlcompile.precision.searches.greedy import greedy
 
     evaluator = counting([0.06, 0.01, 0.01, 0.01, 0.01, 0.01], probed=True)  # 200 evaluations: room for 6 reverted
     found = greedy(evaluator, [Mode("openvino")], seed=0)
@@ -226,7 +227,7 @@ def test_greedy_ranks_end_to_end_where_its_time_affords_it_even_with_a_probe():
 
 
 def test_the_proxy_short_of_time_measures_no_group_alone():
-    from rlcompile.layer.precision.solvers import BISECTION_STEPS, proxy
+    from rlcompile.precision.searches.proxy import BISECTION_STEPS, proxy
 
     evaluator = counting([0.01, 0.02, 0.03, 0.04, 0.05, 0.06], max_evaluations=8, probed=True)  # no room for 6 alone
     found = proxy(evaluator, [Mode("openvino")], seed=0)
@@ -237,7 +238,7 @@ def test_the_proxy_short_of_time_measures_no_group_alone():
 
 
 def test_the_proxy_bisects_on_output_deviation_when_a_counting_metric_does_not_add_up():
-    from rlcompile.layer.precision.solvers import BISECTION_STEPS, proxy
+    from rlcompile.precision.searches.proxy import BISECTION_STEPS, proxy
 
     evaluator = counting([0.01, 0.02, 0.03, 0.04, 0.05, 0.06])
     found = proxy(evaluator, [Mode("openvino")], seed=0)
@@ -248,7 +249,7 @@ def test_the_proxy_bisects_on_output_deviation_when_a_counting_metric_does_not_a
 
 
 def test_greedy_keeps_what_its_ranking_found_when_the_budget_stops_it():
-    from rlcompile.layer.precision.solvers import greedy
+    from rlcompile.precision.searches.greedy import greedy
 
     # all int8: 0.11 (one sample wrong); without the first unit 0.05, within; the budget ends two plans later
     evaluator = counting([0.06, 0.01, 0.01, 0.01, 0.01, 0.01], max_evaluations=4)
@@ -258,7 +259,7 @@ def test_greedy_keeps_what_its_ranking_found_when_the_budget_stops_it():
 
 
 def test_qlearning_starts_from_what_the_searches_before_it_measured_and_searches_on_alone():
-    from rlcompile.layer.precision.solvers import proxy, qlearning
+    from rlcompile.precision.searches import proxy, qlearning
 
     deviations = [0.002, 0.004, 0.006, 0.008, 0.01, 0.012, 0.015, 0.02, 0.03, 0.05, 0.08, 0.12]
     shared = counting(deviations, max_evaluations=60)
@@ -328,7 +329,7 @@ def test_bad_contracts_get_one_line_and_exit_2(capsys, arguments):
 
 
 def test_a_metric_that_raises_is_one_line_and_not_a_plan_failure():
-    from rlcompile.layer.precision.contract import MetricError, sample_error
+    from rlcompile.precision.contract import MetricError, sample_error
 
     def broken(sample, fp32, outputs):
         raise KeyError("text\nsecond line")
@@ -383,7 +384,7 @@ def attention_like() -> onnx.ModelProto:
 def test_only_weighted_conv_and_matmul_are_quantized(tmp_path: Path, runtime: str, quantized: set[str]):
     from types import SimpleNamespace
 
-    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.precision.space import precision_units
 
     proto = attention_like()
     groups = [SimpleNamespace(name="a", nodes=["project", "turn"], outputs=["h", "ht"]),
@@ -431,7 +432,7 @@ def test_each_runtime_gets_its_placement(tmp_path: Path, runtime: str, quantized
     """ONNX Runtime: every convolution's output quantized, the Relu folded into its range, the pooling left in
     float. OpenVINO: the convolutions' inputs alone, the max pooling in int8 (its input and output), the residual
     Add's inputs (the second convolution's output); never the bias Add's, nor an Add's output."""
-    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.precision.space import precision_units
 
     proto, groups = residual_block()
     units = precision_units(proto, groups)
@@ -471,8 +472,8 @@ def conv_relu_conv() -> tuple[onnx.ModelProto, list]:
 
 
 def test_a_plan_of_some_groups_is_derived_from_the_model_of_all_as_the_quantizer_writes_it(tmp_path: Path):
-    from rlcompile.layer.precision.quantize import derive
-    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.precision.quantize import derive
+    from rlcompile.precision.space import precision_units
     from rlcompile.runtimes.ort import run_proto_on_each
 
     proto, groups = conv_relu_conv()
@@ -504,8 +505,8 @@ def test_the_probe_measures_each_group_lowered_alone_where_it_is_lowered(tmp_pat
     computes it in the first convolution)."""
     from onnx import helper
 
-    from rlcompile.layer.precision.sensitivity import local_deviations
-    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.precision.sensitivity import local_deviations
+    from rlcompile.precision.space import precision_units
     from rlcompile.runtimes.ort import run_proto_on_each
 
     proto, groups = build()
@@ -529,8 +530,8 @@ def test_the_probe_measures_each_group_lowered_alone_where_it_is_lowered(tmp_pat
 
 def test_the_probe_runs_on_a_whole_model(tmp_path: Path):
     from rlcompile.layer.group_table import group_model
-    from rlcompile.layer.precision.sensitivity import local_deviations
-    from rlcompile.layer.precision.space import precision_units
+    from rlcompile.precision.sensitivity import local_deviations
+    from rlcompile.precision.space import precision_units
 
     grouped = group_model(load_model("lenet5"))
     feeds = [{"input": np.random.default_rng(i).standard_normal((1, 1, 32, 32)).astype(np.float32)} for i in range(4)]
@@ -542,7 +543,7 @@ def test_the_probe_runs_on_a_whole_model(tmp_path: Path):
 @pytest.fixture(scope="module")
 def chosen(tmp_path_factory):
     """lenet5 through select with int8 allowed on labelled data, and a precision plan saved."""
-    from rlcompile.layer.precision.api import choose_precision
+    from rlcompile.precision.api import choose_precision
 
     folder = tmp_path_factory.mktemp("precision")
     rng = np.random.default_rng(1)
@@ -576,7 +577,7 @@ def test_every_finalist_is_within_tolerance_and_the_winner_is_the_fastest_measur
 
 
 def test_a_saved_precision_plan_is_checked_again_on_its_held_out_samples(chosen, tmp_path: Path):
-    from rlcompile.layer.precision.api import candidate_of
+    from rlcompile.precision.api import candidate_of
 
     _, selection, choice = chosen
     lowered = min((e for e in choice.evaluations if e.within and not e.plan.exact), key=lambda e: e.error)
@@ -610,8 +611,8 @@ def test_each_lowered_float_mode_alone_is_screened_whatever_the_int8_plans_brief
     """OpenVINO bf16 with no group in int8 runs other kernels than every int8 plan: it is timed in turns with the fp32
     plans even when more int8 plans than the screening takes measured faster in their one brief block (on PaddleOCR's
     classifier at stop 71 it was the fastest plan in turns, and six int8 plans' brief times had left it out)."""
-    from rlcompile.layer.precision.api import SCREENED, screening_pool
-    from rlcompile.layer.precision.solvers import SearchResult
+    from rlcompile.precision.api import SCREENED, screening_pool
+    from rlcompile.precision.searches import SearchResult
 
     bf16, fp32 = Mode("openvino", "bf16"), Mode("openvino")
     evaluator = counting([0.0] * 10)

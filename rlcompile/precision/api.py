@@ -4,7 +4,7 @@
    outputs on the validation samples are the reference, and its own error on them (zero for metrics
    that compare with fp32, its real error for metrics with labels) the base the tolerance adds to.
 2. The modes this machine offers (ONNX Runtime fp32, OpenVINO fp32, OpenVINO bf16 where the CPU has it)
-   and the fusion groups that can run in int8 span the space (:mod:`rlcompile.layer.precision.space`).
+   and the fusion groups that can run in int8 span the space (:mod:`rlcompile.precision.space`).
 3. The uniform plans, NNCF's greedy rule, the exact proxy optimum and the agent (Q-learning by default)
    search it, every plan measured end to end on the validation samples (error) and timed briefly.
 4. The best plan within tolerance of each search joins the selection's candidates as a one-segment plan,
@@ -23,17 +23,19 @@ import numpy as np
 
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Event, Listener, Phase, Step, ignore
-from rlcompile.layer.precision.contract import AccuracyContract, Samples, load_metric, load_samples, mean_error
-from rlcompile.layer.precision.evaluate import Evaluation, Evaluator
-from rlcompile.layer.precision.quantize import Quantizer
-from rlcompile.layer.precision.solvers import SearchResult, create
-from rlcompile.layer.precision.space import Mode, PrecisionPlan, modes, precision_units
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
-from rlcompile.layer.selection import Candidate, Selection, create_libraries, time_candidates
-from rlcompile.layer.selection import native_timers as make_native_timers
+from rlcompile.layer.selection.candidates import Candidate, create_libraries
+from rlcompile.layer.selection.record import Selection
+from rlcompile.layer.selection.timing import native_timers as make_native_timers
+from rlcompile.layer.selection.timing import time_candidates
 from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import random_tensor
+from rlcompile.precision.contract import AccuracyContract, Samples, load_metric, load_samples, mean_error
+from rlcompile.precision.evaluate import Evaluation, Evaluator
+from rlcompile.precision.quantize import Quantizer
+from rlcompile.precision.searches import SearchResult, create
+from rlcompile.precision.space import Mode, PrecisionPlan, modes, precision_units
 from rlcompile.runtimes import Runner
 from rlcompile.runtimes.ort import run_proto_on_each
 from rlcompile.verify import compare_outputs

@@ -7,13 +7,13 @@ A plan is one model run by one runtime, so it pays no library boundary:
   (it keeps no per-node float precision set from Python; see :mod:`rlcompile.runtimes.openvino`), so the
   float precision is chosen per plan, not per group;
 - its **int8 groups**: the fusion groups whose Conv/MatMul/Gemm with constant weights run in int8, written
-  into the model as QDQ nodes (:mod:`rlcompile.layer.precision.quantize`), which both runtimes honour per node.
+  into the model as QDQ nodes (:mod:`rlcompile.precision.quantize`), which both runtimes honour per node.
 
 The units of choice are the fusion groups that hold such an operator (:class:`Unit`); each carries its
 multiply-accumulate count, the additive proxy's estimate of what lowering it saves. Those operators are
 quantized, not a MatMul of two activations (attention's), and of the group's other nodes only the few a
 runtime folds into its int8 kernels (a unit's *companions*: a Relu or Clip, a residual Add, a max pooling
-fed by the group; :mod:`rlcompile.layer.precision.quantize` says which runtime takes which). OpenVINO ran
+fed by the group; :mod:`rlcompile.precision.quantize` says which runtime takes which). OpenVINO ran
 ONNX Runtime's QDQ around every quantizable node of PaddleOCR's recogniser in 1.72x the fp32 time, and
 around its weighted Conv/MatMul/Gemm alone in 0.71x, with a third less output error (stop 62, Emerald
 Rapids).
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from rlcompile.layer.precision.quantize import QUANTIZED_OPS
 from rlcompile.models.onnx_model import inferred_values, static_shapes
+from rlcompile.precision.quantize import QUANTIZED_OPS
 from rlcompile.runtimes import Runtime
 
 

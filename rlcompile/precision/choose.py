@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 from rlcompile.events import Listener, ignore
-from rlcompile.layer.precision.contract import AccuracyContract
-from rlcompile.layer.selection import Selection, select_segments
+from rlcompile.layer.selection.api import select_segments
+from rlcompile.layer.selection.record import Selection
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.precision.contract import AccuracyContract
 
 #: With a lowered precision allowed, the part of the time the library choice gets (the precision searches and
 #: their contest the rest).
@@ -44,7 +45,7 @@ def choose_plan(model: LoadedModel, contract: AccuracyContract, agent: str = "ql
                                 leave_out_idle=leave_out_idle, **solver_options)  # fmt: skip
     if contract.exact:
         return selection, None
-    from rlcompile.layer.precision import choose_precision
+    from rlcompile.precision import choose_precision
 
     search_deadline = None if deadline is None else deadline - FINAL_PART * max(deadline - time.monotonic(), 0.0)
     choice = choose_precision(selection, contract, agent, seed, work, timing, progress, deadline=search_deadline,

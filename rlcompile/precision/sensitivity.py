@@ -10,7 +10,7 @@ unit's *local deviation* is the relative L2 of its anchors' int8 outputs from th
 lowering that group alone introduces where it is introduced. Where a search's time does not afford NNCF's ranking,
 it is what greedy raises back by and what the proxy's knapsack adds up; the plans they lead to are then measured
 end to end as every plan is. It is blind to what an error does downstream, so it ranks worse than NNCF's where both
-fit (:func:`rlcompile.layer.precision.solvers.sensitivity_ranking`).
+fit (:func:`rlcompile.precision.searches.greedy.sensitivity_ranking`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from rlcompile.layer.precision.quantize import Placement, Quantizer, float_values
-from rlcompile.layer.precision.space import Unit
+from rlcompile.precision.quantize import Placement, Quantizer, float_values
+from rlcompile.precision.space import Unit
 from rlcompile.runtimes.ort import run_proto_on_each
 
 #: Calibration samples the probe runs (the ranking, not the error: that is measured on the validation samples).

@@ -6,7 +6,7 @@ saves, and greedy (as NNCF) lowered every group it could. Where int8 has no dot-
 from what happens: OpenVINO on a 2-core Zen 3 (AVX2, no VNNI; stop 70), PaddleOCR's recogniser all in int8, its
 1x1 convolutions ran in 0.51x their fp32 time, the depthwise ones in 0.90x, the fully connected layers in 1.7x and
 the first convolution (3 input channels) in 3.6x. A group whose int8 kernel is not faster only adds error; the
-searches leave it in float (:func:`rlcompile.layer.precision.solvers.paying_units`) and the proxy's knapsack
+searches leave it in float (:func:`rlcompile.precision.searches.base.paying_units`) and the proxy's knapsack
 weighs each group by what it saves here.
 
 Each executed kernel is charged to the fusion group whose ONNX nodes it runs (the runtime names what it fused:
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from rlcompile.layer.precision.space import Unit
+from rlcompile.precision.space import Unit
 from rlcompile.runtimes import Runtime
 from rlcompile.runtimes.base import RuntimeOptions
 

@@ -17,7 +17,8 @@ import numpy as np
 import onnx
 
 from rlcompile.errors import first_line
-from rlcompile.layer.precision.contract import (
+from rlcompile.measure import QUICK, Contender, LatencyStats, MeasureConfig, Settle, measure_latency, run_contest
+from rlcompile.precision.contract import (
     Metric,
     MetricError,
     Samples,
@@ -25,11 +26,10 @@ from rlcompile.layer.precision.contract import (
     relative_l2,
     within_tolerance,
 )
-from rlcompile.layer.precision.quantize import Quantizer, placement_for
-from rlcompile.layer.precision.savings import unit_savings
-from rlcompile.layer.precision.sensitivity import local_deviations
-from rlcompile.layer.precision.space import Mode, PrecisionPlan, Unit
-from rlcompile.measure import QUICK, Contender, LatencyStats, MeasureConfig, Settle, measure_latency, run_contest
+from rlcompile.precision.quantize import Quantizer, placement_for
+from rlcompile.precision.savings import unit_savings
+from rlcompile.precision.sensitivity import local_deviations
+from rlcompile.precision.space import Mode, PrecisionPlan, Unit
 from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
 
 #: Rounds of brief blocks :meth:`Evaluator.screen` times its plans in turns for.
@@ -176,7 +176,7 @@ class Evaluator:
 
     def sensitivity(self, mode: Mode) -> np.ndarray | None:
         """Each unit's local deviation in ``mode``'s runtime's placement, from one probe run on the calibration
-        samples (:mod:`~rlcompile.layer.precision.sensitivity`; cached); ``None`` when the probe cannot run
+        samples (:mod:`~rlcompile.precision.sensitivity`; cached); ``None`` when the probe cannot run
         (why: :attr:`sensitivities`; the searches then rank end to end). Raises :class:`BudgetSpent` when a new
         probe is not allowed."""
 
@@ -189,7 +189,7 @@ class Evaluator:
 
     def savings(self, mode: Mode) -> np.ndarray | None:
         """What each unit's int8 kernels save in ``mode`` (ms, from the runtime's counters on the float and the
-        all-int8 model in turns: :mod:`~rlcompile.layer.precision.savings`; cached); ``None`` where the runtime
+        all-int8 model in turns: :mod:`~rlcompile.precision.savings`; cached); ``None`` where the runtime
         keeps no counters or they cannot be read (why: :attr:`savings_found`; the searches then lower every unit,
         as before). Raises :class:`BudgetSpent` when a new measurement is not allowed."""
 

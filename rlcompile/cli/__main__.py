@@ -1,0 +1,5 @@
+import sys
+
+from rlcompile.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,139 @@
+"""The commands that look and time: ``models``, ``run`` (a model on one runtime, or saved results side by side)
+and ``compare`` (runtimes side by side).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rlcompile.cli.common import (
+    add_measure_arguments,
+    add_model_arguments,
+    add_old_name,
+    add_runtime_options,
+    load,
+    make_runtime,
+    measure_config,
+    note,
+    stderr,
+    stdout,
+    write_json,
+)
+from rlcompile.errors import RlcompileError
+from rlcompile.measure.load import load_words
+from rlcompile.names import (
+    MODEL_RUNTIMES,
+)
+
+
+def add_parsers(commands) -> None:
+    """``models``, ``run`` and ``compare``."""
+    models = commands.add_parser("models", help="list the built-in model zoo")
+    models.add_argument("--json", dest="json_stdout", action="store_true", help="print JSON instead of a table")
+    models.set_defaults(handler=command_models)
+
+    run = commands.add_parser("run", help="time a model on one runtime, or saved results side by side")
+    add_model_arguments(run, saved_too=True)
+    run.add_argument("--runtime", default="ort", choices=list(MODEL_RUNTIMES), help="the runtime (default ort)")
+    add_old_name(run, "--backend", "--runtime", "runtime", choices=list(MODEL_RUNTIMES))
+    add_runtime_options(run)
+    add_measure_arguments(run)
+    run.set_defaults(handler=command_run)
+
+    compare = commands.add_parser("compare", help="run several runtimes side by side: latency ratios and agreement")
+    add_model_arguments(compare)
+    compare.add_argument("--runtimes", default="ort,tvm", help="comma-separated, the first is the reference "
+                         "(default ort,tvm)")  # fmt: skip
+    add_old_name(compare, "--backends", "--runtimes", "runtimes")
+    add_runtime_options(compare)
+    add_measure_arguments(compare)
+    compare.set_defaults(handler=command_compare)
+
+
+def command_models(args: argparse.Namespace) -> int:
+    """List the zoo with parameter count, FLOPs and input shapes."""
+    from rlcompile.models import zoo
+    from rlcompile.report.tables import zoo_table
+
+    with stderr.status("summarising the zoo (first time only)"):
+        summaries = [zoo.summary(name) for name in zoo.ZOO]
+    if args.json_stdout:
+        stdout.print_json(data=summaries)
+    else:
+        stdout.print(zoo_table(summaries))
+    return 0
+
+
+def command_run(args: argparse.Namespace) -> int:
+    """Time one runtime on one model, or saved results (plans, artefacts) side by side."""
+    from rlcompile.compare import compare_backends
+    from rlcompile.saved import is_saved
+
+    if any(is_saved(path) for path in args.model):
+        return run_saved(args)
+    if len(args.model) > 1:
+        raise RlcompileError("run takes one model, or several saved results (plan directories, kernel .tar "
+                             "artefacts); to compare backends on a model use `rlcompile compare`")  # fmt: skip
+    args.model = args.model[0]
+    model = load(args)
+    backend = make_runtime(args.runtime, args)
+    comparison = compare_backends(model, [backend], measure_config(args), args.seed, note)
+    latency = comparison.results[0].latency
+    stdout.print(
+        f"{model.name} on {backend.describe()}: median {latency.median_ms:.3f} ms "
+        f"(p90 {latency.p90_ms:.3f} ms, {latency.repeats} runs)"
+    )
+    write_json(args.json, comparison.to_dict())
+    return 0
+
+
+def run_saved(args: argparse.Namespace) -> int:
+    """Check saved results on their reference inputs and time them in turns, with ORT native beside them."""
+    from rlcompile.saved import time_saved
+
+    measured = time_saved(args.model, measure_config(args), note)
+    timings, native = measured.saved, measured.native
+    for timing in timings:
+        verdict = "agrees with" if timing.agreement.within() else "DISAGREES with"
+        if timing.accuracy is not None:
+            verdict = "runs as saved" if timing.agreement.within() else "does NOT run as saved"
+        line = (f"{timing.path} ({timing.description}): median {timing.latency.median_ms:.3f} ms "
+                f"(p90 {timing.latency.p90_ms:.3f} ms)")  # fmt: skip
+        if timing is not timings[0]:
+            line += f", {timing.ratio_to_first:.3f}x {timings[0].path}"
+        if timing.ratio_to_native is not None:
+            line += f", {timing.ratio_to_native:.3f}x ONNX Runtime native"
+        if timing.accuracy is None:
+            stdout.print(f"{line}; {verdict} ONNX Runtime (max rel err {timing.agreement.max_rel:.1e})",
+                         highlight=False)  # fmt: skip
+        else:
+            check = timing.accuracy
+            stdout.print(f"{line}; {verdict}; {check.metric} on its {check.samples} held-out samples {check.error:.4g}"
+                         f" ({check.excess:+.2g} over fp32, tolerance {check.tolerance:g}: "
+                         f"{'within' if check.within else 'OVER'})", highlight=False)  # fmt: skip
+    if native is None:
+        stdout.print("the original model is not at hand, so ONNX Runtime native was not timed", highlight=False)
+    else:
+        stdout.print(f"ONNX Runtime native: median {native.median_ms:.3f} ms (p90 {native.p90_ms:.3f} ms), "
+                     f"timed in the same rounds; two identical sessions of it differ by {measured.noise:.1%}: the "
+                     f"noise every ratio above carries{load_words(measured.load)}", highlight=False)  # fmt: skip
+    write_json(args.json, {"results": [timing.to_dict() for timing in timings],
+                           "ort_native": native.to_dict() if native else None, "noise": measured.noise,
+                           "machine_load": measured.load.to_dict() if measured.load else None})  # fmt: skip
+    return 0 if all(timing.ok for timing in timings) else 1
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    """Run several runtimes side by side on the same inputs: latency ratios and numerical agreement."""
+    from rlcompile.compare import compare_backends
+    from rlcompile.report.tables import comparison_table
+
+    names = [name.strip() for name in args.runtimes.split(",") if name.strip()]
+    if not names:
+        raise RlcompileError("--runtimes is empty")
+    backends = [make_runtime(name, args) for name in names]
+    model = load(args)
+    comparison = compare_backends(model, backends, measure_config(args), args.seed, note)
+    stdout.print(comparison_table(comparison))
+    write_json(args.json, comparison.to_dict())
+    return 0 if all(r.agreement is None or r.agreement.within() for r in comparison.results) else 1

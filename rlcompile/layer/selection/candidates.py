@@ -1,0 +1,227 @@
+"""The plans ``select`` weighs: each a library per fusion group, cut into segments, compiled and checked against ONNX
+Runtime; the pick among the measured ones (ties within the noise go to fewer segments)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from rlcompile import runtimes
+from rlcompile.errors import ModelError, first_line
+from rlcompile.events import Listener, Phase
+from rlcompile.layer.group_table import (
+    GroupedModel,
+    single_library_plan,
+)
+from rlcompile.layer.problem import SelectionProblem, exact
+from rlcompile.layer.segments import Segment, SegmentEngine
+from rlcompile.layer.solvers import SolverResult
+from rlcompile.manifest import AccuracyRecord
+from rlcompile.measure import (
+    PLAN_RULE,
+    KeepRule,
+    LatencyStats,
+    contest,
+)
+from rlcompile.models.onnx_model import LoadedModel
+from rlcompile.names import REFERENCE_RUNTIME
+from rlcompile.runtimes import Runtime
+from rlcompile.verify import Agreement, compare_outputs
+
+#: Candidates measured within this fraction of the fastest are ties (then fewer segments wins).
+TIE_BAND = PLAN_RULE.tie_band
+#: How a single-runtime plan's label starts (``single:openvino``).
+SINGLE = "single:"
+
+
+@dataclass
+class Candidate:
+    """One plan that was run end to end."""
+
+    labels: list[str]
+    assignment: list[str]
+    predicted_ms: float
+    #: the runtimes whose single-runtime plan this is (that runtime wherever it runs, ONNX Runtime elsewhere)
+    single: list[str] = field(default_factory=list)
+    engine: SegmentEngine | None = field(default=None, repr=False)
+    agreement: Agreement | None = None
+    measured: LatencyStats | None = None
+    error: str | None = None
+    #: a plan below fp32: the accuracy contract it met, and the held-out samples to check it again on
+    accuracy: AccuracyRecord | None = None
+    validation: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    #: the refining probe measured this plan, and corrected the table on it: its prediction is in sample
+    probed: bool = False
+    #: each segment's median milliseconds inside the plan's runs, when the probe timed them
+    segment_ms: list[float] | None = None
+    #: each segment's library's drift during that probe (its milliseconds over this are at the table's speed)
+    segment_drift: list[float] | None = None
+    #: the plan's block median in each round of the contest that measured it, by round number
+    round_ms: dict[int, float] | None = None
+    #: each probe's measurement of the whole plan, at the table's speed (over the plan's drift then)
+    probe_ms: list[float] = field(default_factory=list)
+    #: the table's price of the plan right after each probe's refit (beside :attr:`probe_ms`): whether the refit
+    #: reproduced what the probe measured, apart from what later refits moved
+    fitted_ms: list[float] = field(default_factory=list)
+    #: how many rounds each probe timed the plan in (a second batch when its blocks disagreed: :data:`BLOCK_SPREAD`)
+    probe_rounds: list[int] = field(default_factory=list)
+
+    @property
+    def segments(self) -> int:
+        return len(self.engine.compiled) if self.engine else 0
+
+    def library_mix(self) -> dict[str, int]:
+        """Groups per library."""
+        return {name: self.assignment.count(name) for name in dict.fromkeys(self.assignment)}
+
+    def to_dict(self) -> dict:
+        return {
+            "labels": self.labels,
+            "predicted_ms": self.predicted_ms,
+            "measured_ms": self.measured.median_ms if self.measured else None,
+            "measured_p90_ms": self.measured.p90_ms if self.measured else None,
+            "segments": self.segments,
+            "library_mix": self.library_mix(),
+            "assignment": self.assignment,
+            "agreement": self.agreement.to_dict() if self.agreement else None,
+            "error": self.error,
+            "accuracy": self.accuracy.to_json() if self.accuracy else None,
+            "probed": self.probed,
+            "single": self.single,
+            "segment_ms": self.segment_ms,
+            "round_ms": self.round_ms,
+            "probe_ms": self.probe_ms,
+            "fitted_ms": self.fitted_ms,
+            "probe_rounds": self.probe_rounds,
+        }
+
+
+def create_libraries(names: list[str], tuning_db: Path | None) -> tuple[dict[str, Runtime], dict[str, str]]:
+    """The usable runtimes by name (TVM with the tuning records of ``tuning_db`` when given), and why the
+    others cannot be used here."""
+    created, unavailable = {}, {}
+    for name in names:
+        runtime = create_runtime(name, tuning_db)
+        reason = runtime.unavailable()
+        if reason is None:
+            created[name] = runtime
+        else:
+            unavailable[name] = reason
+    return created, unavailable
+
+
+def create_runtime(name: str, tuning_db: Path | None) -> Runtime:
+    if name == "tvm" and tuning_db is not None:
+        from rlcompile.kernel.artifact import TuningRecords
+
+        return runtimes.create("tvm", tuning=TuningRecords(Path(tuning_db)))
+    return runtimes.create(name)
+
+
+def candidate_plans(problem: SelectionProblem, named: list[tuple[str, list[int] | list[str]]],
+                    known: list[Candidate] | None = None) -> list[Candidate]:  # fmt: skip
+    """Candidates for ``named`` plans (choice indices or library names), merged with ``known`` ones."""
+    merged: dict[tuple, Candidate] = {tuple(c.assignment): c for c in known or []}
+    for label, plan in named:
+        assignment = [problem.options[k][c].primitive if isinstance(c, int) else c for k, c in enumerate(plan)]
+        key = tuple(assignment)
+        if key not in merged:
+            merged[key] = Candidate([], assignment, problem.total(problem.choices(assignment)))
+        if label not in merged[key].labels:
+            merged[key].labels.append(label)
+        if label.startswith(SINGLE):
+            merged[key].single.append(label.removeprefix(SINGLE))
+    return list(merged.values())
+
+
+def first_candidates(problem: SelectionProblem, result: SolverResult, agent: str, mixed: bool = True,
+                     ) -> list[Candidate]:  # fmt: skip
+    """The agent's plan, the exact optimum and each single-library plan, identical plans merged
+    (only the single-library plans when not ``mixed``)."""
+    named = [(agent, result.plan), ("exact", exact(problem).plan)] if mixed else []
+    named += [(f"{SINGLE}{name}", single_library_plan(problem.table, name)) for name in problem.primitives()]
+    return candidate_plans(problem, named)
+
+
+def is_mixed(candidate: Candidate) -> bool:
+    return len(set(candidate.assignment)) > 1
+
+
+def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE, noise: float | None = None) -> Candidate:
+    """The fastest measured candidate; among those within the rule's tie band of it (or within ``noise``, the
+    contest's identical sessions' difference, when that is wider), the one with fewest segments, then the faster.
+
+    A plan of more segments must beat a simpler one by more than the two identical sessions differed: the
+    gain is then measured, not drawn from the noise. On the 2-core VM, ``select`` kept a 13-segment plan of
+    bert-minilm for 27.4 ms against OpenVINO native's 28.6 ms while its twins differed by 44.5%.
+    """
+    runnable = {str(index): c for index, c in enumerate(candidates) if c.measured is not None}
+    entries = [(key, c.measured.median_ms, c.segments) for key, c in runnable.items()]
+    return runnable[contest.fastest(entries, rule, noise or 0.0)]
+
+
+def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:
+    """The runtimes whose candidate already is the original model run whole (a one-segment single-runtime plan)."""
+    return {c.engine.libraries[0] for c in candidates if c.engine and c.engine.runs_whole(original.proto)}
+
+
+def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, threads: int,
+                        reference: list[np.ndarray], rewritten: bool = True,
+                        skip: set[str] = frozenset()) -> list[Candidate]:  # fmt: skip
+    """The user's original model run natively, as one-segment plans, by ONNX Runtime and OpenVINO (except the
+    runtimes in ``skip``, whose candidate already is that)."""
+    everything = list(range(len(grouped.groups)))
+    candidates = []
+    for name in (REFERENCE_RUNTIME, "openvino"):
+        if name not in created or name in skip:
+            continue
+        segment = Segment(name, everything, list(grouped.inputs), list(grouped.outputs), baseline.proto)
+        label = f"native:{name} (original graph)" if rewritten else f"native:{name}"
+        candidate = Candidate([label], [name] * len(everything), float("nan"))
+        try:
+            candidate.engine = SegmentEngine.compile([segment], grouped.inputs, grouped.outputs, threads, created)
+            candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
+        except Exception as error:  # reported with the candidates, never fatal
+            candidate.error = first_line(error)
+        candidates.append(candidate)
+    return candidates
+
+
+def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], created, threads: int,
+                       reference: list[np.ndarray], progress: Listener) -> list[float]:  # fmt: skip
+    """Compile and verify every candidate that has no engine yet (a failure is recorded, never fatal); the seconds
+    each one took."""
+    seconds = []
+    for candidate in candidates:
+        if candidate.engine is not None or candidate.error is not None:
+            continue
+        progress(Phase("layer", f"compiling and checking the plan of {', '.join(candidate.labels)}", "compile"))
+        started = time.monotonic()
+        try:
+            candidate.engine = grouped.engine(candidate.assignment, threads, created)
+            candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
+        except Exception as error:  # a plan that cannot be built is reported, never fatal
+            candidate.error = first_line(error)
+            continue
+        finally:
+            seconds.append(time.monotonic() - started)
+        if not candidate.agreement.within():
+            candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
+    if not any(c.engine is not None and c.error is None for c in candidates):
+        raise ModelError("no candidate plan ran and agreed with ONNX Runtime: "
+                         + "; ".join(f"{', '.join(c.labels)}: {c.error}" for c in candidates))  # fmt: skip
+    return seconds
+
+
+def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, natives: Collection[str]) -> str | None:
+    """The label among ``natives`` of the native run ``candidate`` is identical to (one segment running the very
+    ``native_proto`` in that library), if any."""
+    if native_proto is None or not candidate.engine.runs_whole(native_proto):
+        return None
+    label = f"{candidate.engine.libraries[0]} native"
+    return label if label in natives else None
