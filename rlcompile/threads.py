@@ -16,22 +16,22 @@ take the cores the next library needs (measured on resnet18 at 2 threads: an ORT
   block by block; pinned, 0.2-0.4 ms in each of 30 blocks);
 - PyTorch's OpenMP (libgomp): ``GOMP_SPINCOUNT`` — 10000 iterations (2-3 ms of spinning after a call on a
   2-core Intel Xeon VM, Emerald Rapids without AMX; less where ``pause`` is shorter) then sleep, instead of
-  libgomp's default 300000; libgomp reads it when it loads, i.e. at ``import torch``. Until stop 59 it was
-  1000: the workers then slept between the operators of one call (~170 voluntary context switches a call on
-  hf:mpnet) and PyTorch ran slower and unsteadily (``benchmarks/torch_spin.py``, ``results/torch_spin``, that
+  libgomp's default 300000; libgomp reads it when it loads, i.e. at ``import torch``. At 1000 iterations
+  the workers sleep between the operators of one call (~170 voluntary context switches a call on
+  hf:mpnet) and PyTorch runs slower and unsteadily (``benchmarks/torch_spin.py``, ``results/torch_spin``, that
   VM: hf:mpnet's PyTorch plan 1.75x and 2.18x ORT native in two runs at 1000, 1.09x and 1.04x at 10000;
   hf:deit's 12-segment plan's PyTorch segments 13.1-13.3 ms a call against 9.3-9.9). A contest waits
   :data:`TORCH_WIND_DOWN_S` after a PyTorch runner's turn;
 - TVM's runtime pool: ``TVM_THREAD_POOL_SPIN_COUNT = 1000`` yields, read when the pool starts (~0.1-0.2 ms of CPU
-  after a call). Until stop 60 it was 0: the worker slept after each parallel kernel and was woken at the next
-  (2-4 sleeps a call on a tuned lenet5), and the build ran 1.7-4.5x slower and unsteadily
+  after a call). At 0 the worker sleeps after each parallel kernel and is woken at the next
+  (2-4 sleeps a call on a tuned lenet5), and the build runs 1.7-4.5x slower and unsteadily
   (``benchmarks/tvm_spin.py``, ``results/tvm_spin/lenet5``, the 2-core Emerald Rapids VM: block medians
   0.156 and 0.409 ms at 0, 0.090 and 0.091 ms at 1000);
 - OpenVINO's TBB workers sleep soon after a call on their own (measured: ORT + OpenVINO adds up).
 
 :func:`quiet_idle_threads` sets the environment variables the user has not set themselves; it runs when
 ``rlcompile`` is imported, so it must come before ``import torch`` to take effect for PyTorch.
-``RLCOMPILE_SPIN=1`` keeps every library's own default (used to measure what the fix is worth).
+``RLCOMPILE_SPIN=1`` keeps every library's own default (to measure what the setting is worth).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ SPIN_WIND_DOWN_S = 0.05
 
 
 #: How long PyTorch's OpenMP workers keep a core busy after a call at :data:`QUIET_ENVIRONMENT`'s spin count:
-#: measured on a 2-core Intel Xeon VM (Emerald Rapids, stop 59; the threads' CPU time in
+#: measured on a 2-core Intel Xeon VM (Emerald Rapids; the threads' CPU time in
 #: ``/proc/self/task/*/schedstat`` while the caller slept): 2-3 ms, against 0.1 ms at 1000 iterations and 5-9 ms at
 #: libgomp's default.
 TORCH_WIND_DOWN_S = 0.01

@@ -17,7 +17,7 @@ and a task whose library is within :data:`MIN_GAIN` of that reach is not tuned a
 recorded. Timed alone, a small operator's tensors stay in cache, so a library may pass the streaming
 roofline: that too says there is nothing to win. Tasks whose operator has
 no library counterpart here (element-wise, pooling, reshapes: memory-bound, their FLOPs say nothing) keep
-their place after the measured ones and are tuned as before.
+their place after the measured ones and are tuned in the scheduler's usual order.
 
 An operator timed alone pays the layout reorders at its edges that a library running the whole model pays
 once (resnet18's 64x56x56 3x3 convolution: OpenVINO alone 0.87 ms, ORT in the layer table's context
@@ -76,7 +76,7 @@ class TaskHeadroom:
     #: "compute" or "memory": which side of the roofline the operator is on
     bound: str | None = None
     tune: bool = True
-    reason: str = "no library counterpart measured: tuned as before"
+    reason: str = "no library counterpart measured: tuned in the usual order"
 
     @property
     def library_gflops(self) -> float | None:
@@ -199,7 +199,7 @@ def assess(tasks: Sequence[Task], times: Mapping[str, tuple[str, float]], peak: 
         if task.name in times:
             row.library, row.library_ms = times[task.name]
             if peak is None:
-                row.reason = f"{row.library} measured; no FMA peak to judge it against: tuned as before"
+                row.reason = f"{row.library} measured; no FMA peak to judge it against: tuned in the usual order"
             else:
                 judge(row, peak, task_bytes(task))
         rows.append(row)
@@ -285,5 +285,5 @@ def measure_headroom(proto: onnx.ModelProto, tasks: Sequence[Task], libraries: S
     rows = assess(tasks, times, peak)
     for row in rows:
         if row.task in untimed:
-            row.reason = "not timed in a library before the deadline: tuned as before"
+            row.reason = "not timed in a library before the deadline: tuned in the usual order"
     return Headroom(peak.gflops if peak else None, rows, note, peak.bandwidth_gbs if peak else None)

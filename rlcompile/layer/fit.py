@@ -40,13 +40,9 @@ FACTOR_RANGE = (0.1, 10.0)
 BOUNDARY_SCALE_RANGE = (0.5, 20.0)
 #: How strongly each factor is held at its current value, in proportion to its share of the plans' time: weak, so
 #: that one measured plan moves the factors it alone determines, and an undetermined split between a library and its
-#: crossings moves each by the same factor. (Held in proportion to the square of its share, the split moved each by
-#: the same milliseconds: a library with a few ms of groups beside a fall-back plan's crossings took the whole
-#: excess as a factor on its groups. PyTorch's factor came out at a bound of FACTOR_RANGE, 0.1 or 10, or at 4.3-7.8
-#: in 7 of 32 runs of tallies 37-39; on hf:levit at 0.1 its stem convolutions, 2.15 ms standalone and 2.0-2.3 ms
-#: inside its plans, were priced 0.26 ms, and the plan that ran them in PyTorch was measured 1.25-1.33x its
-#: prediction in two tallies. It stayed at 0.1 there in tally 40: the plan that decides it is priced too high even
-#: with its crossings at BOUNDARY_SCALE_RANGE's floor.) Its weight: a factor that one plan alone determines is held
+#: crossings moves each by the same factor (held by the square of its share, a library with a few ms of groups beside
+#: a fall-back plan's crossings takes the whole excess as a factor: PyTorch's came out at a bound of FACTOR_RANGE in 7
+#: of 32 corpus runs). Its weight: a factor that one plan alone determines is held
 #: back by about PRIOR / its share (relative), 0.02% for a crossing of 5% of a plan.
 PRIOR = 1e-5
 
@@ -154,7 +150,7 @@ def bounded_least_squares(matrix: np.ndarray, rhs: np.ndarray, low: np.ndarray, 
 
     Not by fixing each variable that leaves its range at the bound it crossed and solving the rest again: a
     variable once fixed was never freed, and with a hundred kinds' factors and a few pairs' (a refit after two
-    probes), an early fix sent the rest to their bounds. On hf:clip-vision (tally 43, ``select-predictions/43-*``)
+    probes), an early fix sent the rest to their bounds. On hf:clip-vision
     that refit put 131 of 131 factors at a bound and priced a 3-segment plan it had fitted at 8.2 ms at 16.0 (its
     segments' clocks: 8.2 ms; the final contest: 7.8): the exact solution leaves 76 at a bound and every plan within
     10% of its clocks."""

@@ -141,10 +141,9 @@ def fit_group_prices(problem: SelectionProblem, plans: Sequence[tuple[Sequence[s
 
     Each plan's segments summed are one more equation (:func:`plan_total`), weighted as the most detailed plan's
     segments together: segment by segment, a plan of 27 short segments has 27 equations to a 2-segment plan's 2, and
-    its short segments' kinds decide the factors the long segments share. On hf:bert-minilm (tally 33,
-    ``select-predictions/33-*``) a 2-segment plan the probe measured at 9.53 ms was then priced at 6.35 (and measured
-    9.31 by the final contest); 8 of the 35 mixed plans a probe measured were priced more than 15% from that very
-    measurement.
+    its short segments' kinds decide the factors the long segments share. With each segment weighed the same, on
+    hf:bert-minilm a 2-segment plan the probe measured at 9.53 ms was then priced at 6.35 (and measured 9.31 by the
+    final contest); 8 of the 35 mixed plans a probe measured were priced more than 15% from that very measurement.
     """
     kinds = problem.table.notes.get("group_kinds") or {}
     layers = problem.table.layers
@@ -199,7 +198,7 @@ def segment_factor_range(calibrated: float) -> tuple[float, float]:
     """The range of a (kind, library) correction when the calibration scaled the library's in-context estimates by
     ``calibrated`` (``notes["context_factor"]``): :data:`SEGMENT_FACTOR_RANGE` of the price, widened to reach that
     range of the estimate. The calibration fits a library and its crossings from whole plans, one equation per
-    plan, and can split one plan's time wrongly between them: on hf:mobilevit (tally 58, profile cut short) it put
+    plan, and can split one plan's time wrongly between them: on hf:mobilevit (a profile cut short) it put
     PyTorch's groups at ``FACTOR_RANGE``'s floor, 0.1, and a torch-to-ORT crossing at 38 ms; the segment clocks then
     timed PyTorch's 86 groups at 43.6 ms for 1.6 ms of prices, and a correction of at most 4x left a plan of 41 of
     them priced at 14.4 ms for 40-42 measured."""
@@ -237,7 +236,7 @@ PAIR, ENTRY = "|pair|", "|entry|"
 SEGMENT_ENTRY_RANGE_MS = (0.0, 5.0)
 #: How much more firmly an entry cost is held at the table's than a factor: it takes what segments of different
 #: lengths tell apart, not a share of what nothing does (a plan whose segments of a library all ran slow makes its
-#: groups dearer, as before entries had a price).
+#: groups dearer).
 ENTRY_PRIOR_WEIGHT = 100.0
 #: A fitted entry cost this close to the table's is not applied.
 SEGMENT_ENTRY_DEADBAND_MS = 0.005

@@ -132,7 +132,7 @@ def idle_libraries(problem: SelectionProblem, band: float) -> dict[str, float]:
     calibration's noise when wider: :func:`~rlcompile.layer.selection.idle_band`), and the
     plans that use the library only add contenders to time; on the 2-core VMs, PyTorch in particular: its share of a
     plan ran 1.4-2.1x slower whenever another program took part of one CPU (``benchmarks/shared_cpu.py``), and its
-    plans were the largest class of predictions off by more than 15% (tallies 57-65), while no chosen plan of 90
+    plans were the largest class of predictions off by more than 15% over the corpus, while no chosen plan of 90
     ``select`` runs had a PyTorch segment.
     """
     best = exact(problem).total_ms

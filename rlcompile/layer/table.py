@@ -47,7 +47,7 @@ def shape_key(shape: tuple[int, ...]) -> str:
 def switch_key(before: str, after: str) -> str:
     """The key of a switch from domain ``before`` to ``after``: ordered, because what entering costs depends on what
     ran just before (on the 2-core VM an ORT segment after an OpenVINO one ran 0.7-1.7 ms over its prices, after a
-    PyTorch one within them: hf:yolos, select-predictions/34)."""
+    PyTorch one within them: hf:yolos)."""
     return f"{before}->{after}"
 
 

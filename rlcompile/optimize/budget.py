@@ -28,9 +28,8 @@ SHARES = {"graph": 0.15, "kernel": 0.50, "layer": 0.35}
 LOWERED_SHARES = {"graph": 0.15, "kernel": 0.20, "layer": 0.65}
 #: The least time the kernel level is started with when the layer level follows (it then gets the time instead):
 #: extracting the tasks, timing each in the libraries and one batch of trials take about that, so a shorter share
-#: tunes next to nothing. At ``--quick --precision auto`` on PaddleOCR's recogniser (59 tasks, a 2-core Zen 3 VM,
-#: stop 69) the stage's 34 s went on extracting the tasks (7 s), timing them in ONNX Runtime (17 s) and a first
-#: batch the deadline cut (0 tasks tuned); 38-46 s shares tuned 1-5 of 53-62 tasks in the runs of stops 63-68.
+#: tunes next to nothing (PaddleOCR's recogniser, 59 tasks, 2-core Zen 3: a 34 s share went on extracting the
+#: tasks, 7 s, timing them in ONNX Runtime, 17 s, and a first batch the deadline cut; 38-46 s shares tuned 1-5 tasks).
 KERNEL_FLOOR_S = 60.0
 #: Kept aside for writing the plan directory and its report after the stages.
 WRITE_SHARE = 0.03

@@ -193,7 +193,7 @@ def screening_pool(evaluator: Evaluator, searches: list[SearchResult]) -> list[E
     each search's best, each lowered float mode with no group in int8 (OpenVINO bf16), then the rest by brief time.
 
     A mode alone runs other kernels than every int8 plan, and one brief block misjudges it as it does any plan: on
-    PaddleOCR's classifier (Zen 4, stop 71) OpenVINO bf16 was the fastest plan in the benchmark's contest, 0.90x
+    PaddleOCR's classifier (Zen 4) OpenVINO bf16 was the fastest plan in the benchmark's contest, 0.90x
     OpenVINO fp32, and had not been screened: six int8 plans had measured faster in their one block each."""
     within = sorted((e for e in evaluator.cache.values() if e.within and e.failure is None and not e.plan.exact),
                     key=lambda e: e.ms)  # fmt: skip

@@ -153,8 +153,8 @@ class Evaluator:
 
         The searches time each plan once, briefly, right after it is compiled and run on every held-out sample: on
         the 2-core Zen 4 VM, which runs 1.5-2x slower in spells of tens of seconds, OpenVINO bf16's one block on
-        PaddleOCR's recogniser measured 9.15 ms against fp32's 9.14 ms (0.61x fp32 in turns); on the Zen 3 VM at
-        stop 69, OpenVINO's all-int8 recogniser 20.3 ms against fp32's 18.1, and its plans with 2-6 groups in int8
+        PaddleOCR's recogniser measured 9.15 ms against fp32's 9.14 ms (0.61x fp32 in turns); on a Zen 3 VM,
+        OpenVINO's all-int8 recogniser 20.3 ms against fp32's 18.1, and its plans with 2-6 groups in int8
         26-29 ms where in turns they ran 17-19."""
         feeds = self.samples.feeds(self.samples.validation[0])
         contenders, timed, runners = [], {}, {}
@@ -190,8 +190,8 @@ class Evaluator:
     def savings(self, mode: Mode) -> np.ndarray | None:
         """What each unit's int8 kernels save in ``mode`` (ms, from the runtime's counters on the float and the
         all-int8 model in turns: :mod:`~rlcompile.precision.savings`; cached); ``None`` where the runtime
-        keeps no counters or they cannot be read (why: :attr:`savings_found`; the searches then lower every unit,
-        as before). Raises :class:`BudgetSpent` when a new measurement is not allowed."""
+        keeps no counters or they cannot be read (why: :attr:`savings_found`; the searches then lower every
+        unit). Raises :class:`BudgetSpent` when a new measurement is not allowed."""
 
         def measure() -> np.ndarray | str:
             lowered = self.model(PrecisionPlan(mode, frozenset(range(len(self.units)))))

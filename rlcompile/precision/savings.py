@@ -1,9 +1,8 @@
 """What lowering each group saves, measured: the runtime's own per-kernel counters on the float model and on the
 all-int8 one, called in turns.
 
-The additive proxy used to estimate a group's saving by its share of the MACs times what lowering everything
-saves, and greedy (as NNCF) lowered every group it could. Where int8 has no dot-product instruction that is far
-from what happens: OpenVINO on a 2-core Zen 3 (AVX2, no VNNI; stop 70), PaddleOCR's recogniser all in int8, its
+A group's share of the MACs times what lowering everything saves is far from what a group saves where int8 has
+no dot-product instruction: OpenVINO on a 2-core Zen 3 (AVX2, no VNNI), PaddleOCR's recogniser all in int8, its
 1x1 convolutions ran in 0.51x their fp32 time, the depthwise ones in 0.90x, the fully connected layers in 1.7x and
 the first convolution (3 input channels) in 3.6x. A group whose int8 kernel is not faster only adds error; the
 searches leave it in float (:func:`rlcompile.precision.searches.base.paying_units`) and the proxy's knapsack

@@ -2,7 +2,7 @@
 
 NNCF ranks groups by the metric with each one reverted to float, one end-to-end evaluation per group: on PaddleOCR's
 recogniser (47 groups) on a 2-core Zen 3, about 2.5 s each, so that at ``optimize --quick`` the ranking alone
-outlasted the precision stage's time and greedy and the proxy found nothing (stop 68). Here one model does it: the
+outlasted the precision stage's time and greedy and the proxy found nothing. Here one model does it: the
 float model, and beside each unit's anchors (its Conv/MatMul/Gemm) a copy that reads the same fp32 tensors through
 the quantization the plan's placement writes (the all-int8 model's QDQ nodes: activation scales from the
 calibration, per-channel int8 weights, int32 bias). One ONNX Runtime session, a few calibration samples: each

@@ -15,7 +15,7 @@ quantized, not a MatMul of two activations (attention's), and of the group's oth
 runtime folds into its int8 kernels (a unit's *companions*: a Relu or Clip, a residual Add, a max pooling
 fed by the group; :mod:`rlcompile.precision.quantize` says which runtime takes which). OpenVINO ran
 ONNX Runtime's QDQ around every quantizable node of PaddleOCR's recogniser in 1.72x the fp32 time, and
-around its weighted Conv/MatMul/Gemm alone in 0.71x, with a third less output error (stop 62, Emerald
+around its weighted Conv/MatMul/Gemm alone in 0.71x, with a third less output error (2-core Emerald
 Rapids).
 """
 

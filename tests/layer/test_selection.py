@@ -306,7 +306,7 @@ def test_boundaries_past_the_deadline_are_priced_by_a_line_through_the_measured_
     import time
 
     from rlcompile import runtimes
-    from rlcompile.layer.group_table import time_boundaries
+    from rlcompile.layer.boundaries import time_boundaries
 
     created = {"ort": runtimes.create("ort"), "openvino": runtimes.create("openvino")}
     shapes = [(1, channels, 8, 8) for channels in (4, 8, 16, 32)]
@@ -322,7 +322,7 @@ def test_boundaries_past_the_deadline_are_priced_by_a_line_through_the_measured_
 
 
 def test_a_fitted_boundary_follows_size_and_pools_the_pairs_never_measured():
-    from rlcompile.layer.group_table import fit_by_size, spread_order
+    from rlcompile.layer.boundaries import fit_by_size, spread_order
 
     measured = {(10,): {"split:a": 1.0, "a->b": 2.0}, (30,): {"split:a": 3.0, "a->b": 4.0}}
     fitted = fit_by_size(measured, (20,), {"a", "b", "c"})
@@ -348,7 +348,7 @@ class CountingRuntime:
 
 
 def test_boundary_probes_past_the_profiles_deadline_take_far_fewer_calls():
-    from rlcompile.layer.group_table import time_boundary
+    from rlcompile.layer.boundaries import time_boundary
 
     calls = []
     for late in (False, True):

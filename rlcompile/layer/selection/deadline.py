@@ -65,9 +65,8 @@ class FinalReserve:
 
     ``call_s``: one native call (a contender without a prediction is priced at it); ``natives``: the native runs the
     final contest times (twins included); ``runtimes``: the native runtimes, each of which also runs the model whole as
-    a candidate, compiled in ``whole_s`` (what a native session took). Until stop 56 every compile was priced at the
-    slowest plan compile so far and each native run counted a whole-model candidate of its own: on hf:convnext
-    (60 s) that reserved 3.8 s more than followed, and the second probe did not run."""
+    a candidate, compiled in ``whole_s`` (what a native session took). Pricing every compile at the slowest plan
+    compile so far reserved 3.8 s more than followed on hf:convnext (60 s), and its second probe did not run."""
 
     call_s: float
     natives: int
@@ -89,7 +88,7 @@ class FinalReserve:
         of the whole models, then the final contest's floor with ``refined`` plans not found yet (``compiles`` by
         default). The last probe finds none: reserving two compiles and two contenders for it anyway had stopped
         hf:convnext's second probe (57 ms a call, 60 s), so its refined plans reached the final contest unprobed and
-        measured 1.16-1.26x their prediction (select-predictions/49)."""
+        measured 1.16-1.26x their prediction."""
         refined = compiles if refined is None else refined
         whole = (self.runtimes + self.twins) * self.whole_s
         return self.final_floor_s(candidates, refined) + compiles * compile_s + whole
@@ -126,7 +125,7 @@ def another_probe_fits(deadline: float | None, ready: float | None, after_s: flo
     (:data:`SOLVE_SHARE`): :func:`probe_deadline`'s rule, this probe's floor for the next one's, ``after_s`` what
     must follow the next probe. Only then are plans solved after this one, for the next probe to measure. A plan
     solved after the last probe reaches the final contest unseen: hf:convnext's refined plans, where one call takes
-    57 ms and a 60 s budget fits one probe, came 1.46x and 1.85x their prediction (select-predictions/28, 30)."""
+    57 ms and a 60 s budget fits one probe, came 1.46x and 1.85x their prediction."""
     if deadline is None or ready is None:
         return True
     return probe_deadline(deadline, after_s, probe_floor_s, start=ready + SOLVE_SHARE * (deadline - ready))[0]

@@ -62,7 +62,7 @@ def at_table_speed(candidate: Candidate, problem: SelectionProblem, drift: Drift
 def plan_drift(drift: Drift, problem: SelectionProblem, candidate: Candidate) -> float:
     """How much slower ``candidate`` runs now than at the table's calibration: by its libraries' shares of its time,
     a plan of one library as that library. A single-library plan that falls back to ONNX Runtime for the groups its
-    library does not run is such a mix: on the slowed 2-core VM (select-predictions/25) OpenVINO's fall-back plans of
+    library does not run is such a mix: on a slowed 2-core VM OpenVINO's fall-back plans of
     10-16 segments, half their groups in ORT, drifted as OpenVINO alone came out 1.18-1.24x their prediction.
 
     A plan of one library throughout drifts as that library: so does a precision plan, one runtime running the model
@@ -153,7 +153,7 @@ def table_noise(table: LookupTable) -> float | None:
 def idle_band(table: LookupTable) -> float:
     """The least gain that keeps a library in the plans (:func:`~rlcompile.layer.problem.idle_libraries`): the tie
     band, or the calibration's noise when that is wider, as :func:`pick` widens ties to the contest's noise: a gain
-    the table's own measurements cannot tell from their noise. In tally 66b (``select --budget 60s``) the table gave
+    the table's own measurements cannot tell from their noise. At ``select --budget 60s`` the table gave
     PyTorch more than 2% on hf:deit, calibrated while identical runs differed by 10.6%, and its two plans with PyTorch
     groups (12 and 21 segments) measured 0.69x and 0.81x their prediction (the probe had timed them 1.4-1.6x
     slower)."""

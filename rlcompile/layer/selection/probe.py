@@ -178,7 +178,7 @@ def pool_fall_backs(table: LookupTable, timed: list[Candidate], native_ms: Mappi
     ``notes["single_library_ms"]`` becomes their geometric mean.
 
     Such a plan is not its native run's twin: what it takes beside that run is a quantity of its own, which one
-    short measurement gives with that contest's noise. Measured on the 2-core VM (select-predictions/28): the three
+    short measurement gives with that contest's noise. Measured on a 2-core VM: the three
     fall-back plans the calibration alone predicted at 0.80-1.23x their measurement (hf:mobilenet-v2's PyTorch plan
     of 34 segments: 28.6 ms calibrated, 24.5 in the probe, 23.3 in the final contest) had been measured within
     3.7-5.2% of the final contest by the probe. A plan that runs the model whole is left as calibrated: its native

@@ -139,8 +139,8 @@ def segment_shares(clock: Sequence[Sequence[float]], plan_ms: float) -> list[flo
     up to the plan's median over those same calls (``plan_ms``): the plan's time shared out by each segment's mean.
 
     Not each segment's own median: a segment's time is skewed (now and then a call waits for another library's
-    threads), so the medians of many segments add up to less than the plan's median. On the 2-core Zen 4 VM (tally
-    42, ``select-predictions/42-*``) they added up to 0.80x of it for ocr-det's plan of 17 segments (15.77 ms of
+    threads), so the medians of many segments add up to less than the plan's median. On the 2-core Zen 4 VM they
+    added up to 0.80x of it for ocr-det's plan of 17 segments (15.77 ms of
     medians, 19.82 ms measured whole, 19.52 by the final contest) and 0.76x for hf:deit's of 24; the table, fitted
     to the medians, priced those plans 20-25% low. The means add up to the mean of the whole, and scaled to its
     median they share out what the plan is judged by; a slow call counts in the segment it happened in."""
@@ -179,7 +179,8 @@ def plan_twin_timers(grouped: GroupedModel, candidates: list[Candidate], created
                      threads: int, ungauged: Collection[str],
                      progress: Listener = ignore) -> dict[str, Timer]:  # fmt: skip
     """A second compile of each runnable single-library plan whose libraries are all ``ungauged``, as a timer
-    labelled :data:`PLAN_TWIN` (a compile that fails is said and left out: the plan is then gauged as before)."""
+    labelled :data:`PLAN_TWIN` (a compile that fails is said and left out: the plan is then gauged by ORT native's
+    drift)."""
     timers = {}
     for candidate in candidates:
         if candidate.engine is None or candidate.error is not None or not candidate.single:
@@ -190,7 +191,7 @@ def plan_twin_timers(grouped: GroupedModel, candidates: list[Candidate], created
         progress(Phase("layer", f"compiling {label} to gauge its library's speed", "compile"))
         try:
             engine = grouped.compile_engine(candidate.assignment, threads, created)
-        except Exception as error:  # the plan keeps its library's drift by ORT native's, as before
+        except Exception as error:  # the plan's library is then gauged by ORT native's drift
             progress(Event("layer", f"{label} did not compile ({first_line(error)}): its library is not gauged"))
             continue
         timers[label] = Timer(lambda engine=engine: engine.run(grouped.feeds), engine.wind_down_s)

@@ -57,8 +57,8 @@ def sensitivity_ranking(evaluator: Evaluator, mode: Mode, lowered: frozenset[int
     search's as soon as it is measured); else by local deviation (one probe run), unless the probe cannot run.
 
     The end-to-end ranking sees what a group's error does downstream, the local one only where it arises: on
-    PaddleOCR's recogniser with 10 minutes (Zen 3, stop 69) greedy raised 27 of 47 groups back on the local
-    ranking where NNCF's had raised 1 (stop 68); at ``--quick`` only the local one fits."""
+    PaddleOCR's recogniser with 10 minutes (Zen 3) greedy raised 27 of 47 groups back on the local ranking and 1
+    on NNCF's; at ``--quick`` only the local one fits."""
     deviations = local_when_short(evaluator, mode, len(lowered) + 2, notes)
     if deviations is not None:
         notes["ranked_by"] = "local deviation"
