@@ -3,12 +3,12 @@
 # own CPU (an Intel Xeon, where AMX and AVX512-BF16 may be present), the precision paths: what the CPU flags
 # say, the precision tests, and benchmarks/precision.py on two models with a short search. Each step has its
 # own time limit and writes to $OUT as it finishes, so a run stopped early still returns what it did.
-#   OUT=results/device-check/h100 bash benchmarks/device_check.sh     # from the repository root
+#   OUT=results/device_check/h100 bash benchmarks/device_check.sh     # from the repository root
 # (benchmarks/gpu_check.sh is the longer CUDA check: it also tunes and builds.) The lent machines' image has no
 # apache-tvm, apache-tvm-ffi, openvino, xgboost-cpu, gymnasium, onnxslim or rapidocr-onnxruntime: unpack their cp312
 # wheels into one directory, tar it with xz (about 110 MB) and carry it in halves under 64 MiB over two calls on the
 # warm machine (the first copies its half out of the working tree), then PYTHONPATH=that directory.
-OUT=${OUT:-results/device-check}
+OUT=${OUT:-results/device_check}
 mkdir -p "$OUT"
 PY=${PY:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

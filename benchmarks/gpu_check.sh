@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA paths of the kernel level on a lent GPU: TVM's target, run/compare, tasks, a short tune (3 tasks,
-# chameleon, 48 trials), build, and the built .tar run against ONNX Runtime. JSON to $OUT (results/gpu-check by
+# chameleon, 48 trials), build, and the built .tar run against ONNX Runtime. JSON to $OUT (results/gpu_check by
 # default). TARGET=llvm runs the same steps on this CPU (about 6 minutes on the 2-core VM).
 #   bash benchmarks/gpu_check.sh            # on the GPU machine, from the repository root
-OUT=${OUT:-results/gpu-check}
+OUT=${OUT:-results/gpu_check}
 mkdir -p "$OUT"
 T=${TARGET:-cuda}
 PY=${PY:-python3}

@@ -26,7 +26,7 @@ A fit reproduces the plans it was fitted to: what it is worth is its price for a
 the solvers find on the corrected table are. So each plan of more than one segment is also priced by the fit to the
 run's other plans alone (``left_out_ms``), and with several runs the summary counts the plans priced within 5, 10
 and 15% of their probe, fitted to and left out. Stop 68, the 14 runs of tally 68a (``select --quick`` without a
-budget, ``results/segment_fit/68a-14-models.json``): 20 mixed plans, fitted 20/20/20 (median 0.5%), left out
+budget, ``results/segment_fit/segment_fit.json``): 20 mixed plans, fitted 20/20/20 (median 0.5%), left out
 16/19/20 (median 3.2%; ocr-det's exact plan +8.0%, priced from the Q-learning plan's short segments alone). A cost for
 leaving a library, charged to the sending segment beside the entry the receiving one pays, changed neither count
 (16/19/20, median 3.4%) and was not kept.

@@ -18,14 +18,14 @@ take the cores the next library needs (measured on resnet18 at 2 threads: an ORT
   2-core Intel Xeon VM, Emerald Rapids without AMX; less where ``pause`` is shorter) then sleep, instead of
   libgomp's default 300000; libgomp reads it when it loads, i.e. at ``import torch``. At 1000 iterations
   the workers sleep between the operators of one call (~170 voluntary context switches a call on
-  hf:mpnet) and PyTorch runs slower and unsteadily (``benchmarks/torch_spin.py``, ``results/torch_spin``, that
+  hf:mpnet) and PyTorch runs slower and unsteadily (``benchmarks/torch_spin.py``, that
   VM: hf:mpnet's PyTorch plan 1.75x and 2.18x ORT native in two runs at 1000, 1.09x and 1.04x at 10000;
   hf:deit's 12-segment plan's PyTorch segments 13.1-13.3 ms a call against 9.3-9.9). A contest waits
   :data:`TORCH_WIND_DOWN_S` after a PyTorch runner's turn;
 - TVM's runtime pool: ``TVM_THREAD_POOL_SPIN_COUNT = 1000`` yields, read when the pool starts (~0.1-0.2 ms of CPU
   after a call). At 0 the worker sleeps after each parallel kernel and is woken at the next
   (2-4 sleeps a call on a tuned lenet5), and the build runs 1.7-4.5x slower and unsteadily
-  (``benchmarks/tvm_spin.py``, ``results/tvm_spin/lenet5``, the 2-core Emerald Rapids VM: block medians
+  (``benchmarks/tvm_spin.py``, the 2-core Emerald Rapids VM: block medians
   0.156 and 0.409 ms at 0, 0.090 and 0.091 ms at 1000);
 - OpenVINO's TBB workers sleep soon after a call on their own (measured: ORT + OpenVINO adds up).
 
