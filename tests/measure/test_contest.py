@@ -188,7 +188,7 @@ def test_a_contest_fitted_to_a_deadline_times_a_slow_model_once_per_block():
 def test_a_fitted_contest_shortens_its_blocks_down_to_its_timings_floor():
     from dataclasses import replace
 
-    from rlcompile.cli import with_min_time
+    from rlcompile.cli.common import with_min_time
     from rlcompile.measure import QUICK
     from rlcompile.measure.contest import fit_within
 
