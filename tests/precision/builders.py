@@ -1,0 +1,63 @@
+"""Small ONNX models the precision tests quantize: a residual block, Conv-Relu-Conv, an attention-like MatMul."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+
+def attention_like() -> onnx.ModelProto:
+    """x @ W (weighted), then (x @ W) @ (x @ W)^T (two activations), then Relu: one group each."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="project"),
+             helper.make_node("Transpose", ["h"], ["ht"], name="turn", perm=[1, 0]),
+             helper.make_node("MatMul", ["h", "ht"], ["scores"], name="scores"),
+             helper.make_node("Relu", ["scores"], ["y"], name="relu")]  # fmt: skip
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], [weight])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def residual_block() -> tuple[onnx.ModelProto, list]:
+    """Conv -> Relu (group a), MaxPool (b), Conv -> Add of the pooled input -> Add of a bias (c)."""
+    from types import SimpleNamespace
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("W1", (4, 4, 3, 3)), ("W2", (4, 4, 3, 3)), ("B", (1, 4, 1, 1)))]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("MaxPool", ["r1"], ["p"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "W2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "p"], ["s"], name="residual"),
+             helper.make_node("Add", ["s", "B"], ["y"], name="bias")]  # fmt: skip
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4, 8, 8])  # noqa: E731
+    graph = helper.make_graph(nodes, "residual", [value("x")], [value("y")], weights)
+    groups = [SimpleNamespace(name="a", nodes=["conv1", "relu1"], outputs=["r1"]),
+              SimpleNamespace(name="b", nodes=["pool"], outputs=["p"]),
+              SimpleNamespace(name="c", nodes=["conv2", "residual", "bias"], outputs=["y"])]  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups
+
+
+def conv_relu_conv() -> tuple[onnx.ModelProto, list]:
+    """Conv -> Relu (group a), Conv with a bias (b): ONNX Runtime's quantizer folds the Relu into the first
+    convolution, and writes the quantized bias as a DequantizeLinear of the bias's name."""
+    from types import SimpleNamespace
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("W1", (4, 4, 3, 3)), ("W2", (4, 4, 3, 3)), ("B2", (4,)))]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]  # fmt: skip
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4, 8, 8])  # noqa: E731
+    graph = helper.make_graph(nodes, "chain", [value("x")], [value("y")], weights)
+    groups = [SimpleNamespace(name="a", nodes=["conv1", "relu1"], outputs=["r1"]),
+              SimpleNamespace(name="b", nodes=["conv2"], outputs=["y"])]  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups

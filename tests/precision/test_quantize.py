@@ -1,0 +1,106 @@
+"""int8 per group: what is quantized, each runtime's placement, plans derived from the all-int8 model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from rlcompile.models import load_model
+from rlcompile.precision.quantize import Quantizer, placement_for
+from tests.precision.builders import attention_like, conv_relu_conv, residual_block
+
+
+def test_int8_goes_where_asked_and_calibrates_once(tmp_path: Path):
+    from rlcompile.layer.group_table import group_model
+
+    grouped = group_model(load_model("lenet5"))
+    feeds = [{"input": np.random.default_rng(i).standard_normal((1, 1, 32, 32)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(grouped.proto, feeds, tmp_path)
+    first_conv = next(node.name for node in grouped.proto.graph.node if node.op_type == "Conv")
+    one = quantizer.quantized([first_conv])
+    assert quantizer.cache.is_file()
+    quantizer.calibration = []  # a second plan must not calibrate again
+    every = quantizer.quantized([node.name for node in grouped.proto.graph.node])
+    count = lambda proto: sum(node.op_type == "DequantizeLinear" for node in proto.graph.node)  # noqa: E731
+    assert 0 < count(one) < count(every)
+    assert quantizer.quantized([]) is grouped.proto
+    onnx.checker.check_model(every)
+    assert len(list(tmp_path.glob("int8-*.onnx"))) == 2  # the plans' models wait on disk, not in memory
+    quantizer.close()
+    assert not list(tmp_path.glob("int8-*.onnx")) and quantizer.cache.is_file()
+
+
+@pytest.mark.parametrize(("runtime", "quantized"), [("ort", {"x", "h"}), ("openvino", {"x"})])
+def test_only_weighted_conv_and_matmul_are_quantized(tmp_path: Path, runtime: str, quantized: set[str]):
+    from types import SimpleNamespace
+
+    from rlcompile.precision.space import precision_units
+
+    proto = attention_like()
+    groups = [SimpleNamespace(name="a", nodes=["project", "turn"], outputs=["h", "ht"]),
+              SimpleNamespace(name="b", nodes=["scores", "relu"], outputs=["y"])]  # fmt: skip
+    units = precision_units(proto, groups)
+    assert [(unit.group, unit.nodes, unit.macs, unit.companions) for unit in units] == [
+        ("a", ("project",), 4 * 8 * 8, ())]  # fmt: skip
+    feeds = [{"x": np.random.default_rng(i).standard_normal((4, 8)).astype(np.float32)} for i in range(4)]
+    every = Quantizer(proto, feeds, tmp_path).quantized([node for unit in units for node in unit.nodes],
+                                                        placement_for(runtime))  # fmt: skip
+    # the weighted MatMul's input and weights (and its output where ONNX Runtime's kernels want it), nothing of the
+    # attention MatMul's or the Relu's
+    assert {node.input[0] for node in every.graph.node if node.op_type == "QuantizeLinear"} == quantized
+    assert {node.name for node in every.graph.node if node.op_type == "DequantizeLinear"} == {
+        f"{name}_DequantizeLinear" for name in quantized | {"W"}}
+
+
+@pytest.mark.parametrize(("runtime", "quantized", "float_ops"),
+                         [("ort", {"x", "r1", "p", "c2"}, ["Conv", "MaxPool", "Conv", "Add", "Add"]),
+                          ("openvino", {"x", "r1", "p", "c2"}, ["Conv", "Relu", "MaxPool", "Conv", "Add", "Add"])])
+def test_each_runtime_gets_its_placement(tmp_path: Path, runtime: str, quantized: set[str], float_ops: list[str]):
+    """ONNX Runtime: every convolution's output quantized, the Relu folded into its range, the pooling left in
+    float. OpenVINO: the convolutions' inputs alone, the max pooling in int8 (its input and output), the residual
+    Add's inputs (the second convolution's output); never the bias Add's, nor an Add's output."""
+    from rlcompile.precision.space import precision_units
+
+    proto, groups = residual_block()
+    units = precision_units(proto, groups)
+    assert [(unit.group, unit.nodes, unit.companions) for unit in units] == [
+        ("a", ("conv1",), ("relu1", "pool")), ("c", ("conv2",), ("residual",))]  # fmt: skip
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(proto, feeds, tmp_path)
+    model = quantizer.quantized([name for unit in units for name in (*unit.nodes, *unit.companions)],
+                                placement_for(runtime))  # fmt: skip
+    assert {node.input[0] for node in model.graph.node if node.op_type == "QuantizeLinear"} == quantized
+    qdq = ("QuantizeLinear", "DequantizeLinear")
+    assert [node.op_type for node in model.graph.node if node.op_type not in qdq] == float_ops
+    other = "ort" if runtime == "openvino" else "openvino"
+    quantizer.calibration = []  # one calibration serves both placements
+    other_model = quantizer.quantized(["conv1"], placement_for(other))
+    assert any(node.op_type == "QuantizeLinear" for node in other_model.graph.node)
+
+
+def test_a_plan_of_some_groups_is_derived_from_the_model_of_all_as_the_quantizer_writes_it(tmp_path: Path):
+    from rlcompile.precision.quantize import derive
+    from rlcompile.precision.space import precision_units
+    from rlcompile.runtimes.ort import run_proto_on_each
+
+    proto, groups = conv_relu_conv()
+    units = precision_units(proto, groups)
+    nodes = [frozenset((*unit.nodes, *unit.companions)) for unit in units]
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(proto, feeds, tmp_path / "derived", quantizable=nodes[0] | nodes[1])
+    direct = Quantizer(proto, feeds, tmp_path / "direct")
+    openvino = placement_for("openvino")
+    for chosen in nodes:
+        derived = quantizer.quantized(chosen, openvino)
+        assert derived == derive(quantizer.quantized(nodes[0] | nodes[1], openvino), quantizer.proto, chosen)
+        onnx.checker.check_model(derived)
+        for ours, theirs in zip(run_proto_on_each(derived, feeds), run_proto_on_each(direct.quantized(chosen, openvino),
+                                                                                     feeds), strict=True):  # fmt: skip
+            np.testing.assert_array_equal(ours[0], theirs[0])
+    conv2 = next(node for node in quantizer.quantized(nodes[0], openvino).graph.node if node.name == "conv2")
+    assert list(conv2.input) == ["r1", "W2", "B2"]  # the float group reads the float bias of the bias's name again
+    everything = quantizer.quantized(nodes[0] | nodes[1], placement_for("ort"))  # the Relu is folded: no derivation
+    assert derive(everything, quantizer.proto, nodes[1]) is None
