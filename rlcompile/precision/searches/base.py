@@ -8,6 +8,7 @@ what it found); ``rlcompile.precision.searches.create(name)`` returns one by nam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -105,3 +106,22 @@ def local_when_short(evaluator: Evaluator, mode: Mode, plans_needed: int, notes:
     if deviations is None:
         notes["probe_failed"] = evaluator.sensitivities[mode.runtime]
     return deviations
+
+
+def lowering_search(name: str, evaluator: Evaluator, modes: list[Mode],
+                    lower: Callable[[Mode, list[PrecisionPlan], dict], None]) -> SearchResult:  # fmt: skip
+    """The frame of a search that lowers groups from the paying int8 mode (greedy, the proxy): none when int8 does not
+    pay (:func:`paying_int8_mode`), else ``lower(mode, plans, notes)`` appends the plans it measured; a spent budget
+    ends it with what it found."""
+    before = len(evaluator.visited)
+    plans: list[PrecisionPlan] = []
+    notes: dict = {}
+    try:
+        mode = paying_int8_mode(evaluator, modes)
+        if mode is None:
+            return SearchResult(name, None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
+        notes["mode"] = mode.label
+        lower(mode, plans, notes)
+    except BudgetSpent:
+        notes["stopped"] = "budget spent"
+    return SearchResult(name, evaluator.best(plans), len(evaluator.visited) - before, notes)

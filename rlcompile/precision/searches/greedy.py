@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlcompile.precision.evaluate import BudgetSpent, Evaluator
+from rlcompile.precision.evaluate import Evaluator
 from rlcompile.precision.searches.base import (
-    INT8_DOES_NOT_PAY,
     SearchResult,
     all_int8,
     local_when_short,
-    paying_int8_mode,
+    lowering_search,
     paying_units,
 )
 from rlcompile.precision.space import Mode, PrecisionPlan
@@ -29,14 +28,8 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     per group) where the search's time affords it, else by each group's local deviation from one probe run
     (:meth:`Evaluator.sensitivity`; :func:`sensitivity_ranking`). How many are raised is bisected
     (:func:`raise_back`)."""
-    before = len(evaluator.visited)
-    plans: list[PrecisionPlan] = []
-    notes: dict = {}
-    try:
-        mode = paying_int8_mode(evaluator, modes)
-        if mode is None:
-            return SearchResult("greedy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
-        notes["mode"] = mode.label
+
+    def lower(mode: Mode, plans: list[PrecisionPlan], notes: dict) -> None:
         plans.append(PrecisionPlan(mode, all_int8(evaluator)))
         lowered = paying_units(evaluator, mode, notes)
         plans.append(PrecisionPlan(mode, lowered))
@@ -44,9 +37,8 @@ def greedy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
             ranking = sensitivity_ranking(evaluator, mode, lowered, plans, notes)
             notes["ranking"] = [evaluator.units[i].group for i in ranking]
             notes["raised"] = raise_back(evaluator, mode, lowered, ranking, plans)
-    except BudgetSpent:
-        notes["stopped"] = "budget spent"
-    return SearchResult("greedy", evaluator.best(plans), len(evaluator.visited) - before, notes)
+
+    return lowering_search("greedy", evaluator, modes, lower)
 
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlcompile.precision.evaluate import BudgetSpent, Evaluator
+from rlcompile.precision.evaluate import Evaluator
 from rlcompile.precision.searches.base import (
-    INT8_DOES_NOT_PAY,
     SearchResult,
     all_int8,
     local_when_short,
+    lowering_search,
     paying_in,
-    paying_int8_mode,
 )
 from rlcompile.precision.space import Mode, PrecisionPlan, weight_share
 
@@ -34,14 +33,8 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     summed excess within the tolerance is tried first (a counting metric moves in steps and rarely adds up: the
     groups' end-to-end deviations then serve); else each group's error is its local deviation
     (:meth:`Evaluator.sensitivity`: one probe run)."""
-    before = len(evaluator.visited)
-    plans: list[PrecisionPlan] = []
-    notes: dict = {}
-    try:
-        mode = paying_int8_mode(evaluator, modes)
-        if mode is None:
-            return SearchResult("proxy", None, len(evaluator.visited) - before, {"skipped": INT8_DOES_NOT_PAY})
-        notes["mode"] = mode.label
+
+    def lower(mode: Mode, plans: list[PrecisionPlan], notes: dict) -> None:
         saving = unit_saving(evaluator, mode, notes)
         paying = paying_in(saving)
         deviations = local_when_short(evaluator, mode, len(paying) + BISECTION_STEPS + 1, notes)
@@ -50,9 +43,8 @@ def proxy(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
             deviations = alone_deviations(evaluator, mode, saving, paying, plans, notes)
         if deviations is not None:
             notes["bisected"] = bisect_deviation(evaluator, mode, saving, deviations, plans)
-    except BudgetSpent:
-        notes["stopped"] = "budget spent"
-    return SearchResult("proxy", evaluator.best(plans), len(evaluator.visited) - before, notes)
+
+    return lowering_search("proxy", evaluator, modes, lower)
 
 
 def unit_saving(evaluator: Evaluator, mode: Mode, notes: dict) -> np.ndarray:
