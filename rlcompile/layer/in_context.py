@@ -72,7 +72,7 @@ def measure_drift(then: Mapping[str, float] | None, now: Mapping[str, float], de
 @dataclass(frozen=True)
 class TimedSegment:
     """One segment of a measured plan: its library, its groups (table indices) and its time in context (its share of
-    the plan's median: :func:`~rlcompile.layer.selection.segment_shares`)."""
+    the plan's median: :func:`~rlcompile.layer.selection.timing.segment_shares`)."""
 
     library: str
     groups: tuple[int, ...]

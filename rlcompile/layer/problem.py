@@ -129,7 +129,7 @@ def idle_libraries(problem: SelectionProblem, band: float) -> dict[str, float]:
     Each library but the default is tried, the one whose absence costs the exact optimum least first, each with those
     already left out: it is left out while the optimum without them all costs less than ``band`` more than the
     optimum with every library. A contest cannot tell such a gain from its noise (``band``: the tie band, or the
-    calibration's noise when wider: :func:`~rlcompile.layer.selection.idle_band`), and the
+    calibration's noise when wider: :func:`~rlcompile.layer.selection.pricing.idle_band`), and the
     plans that use the library only add contenders to time; on the 2-core VMs, PyTorch in particular: its share of a
     plan ran 1.4-2.1x slower whenever another program took part of one CPU (``benchmarks/shared_cpu.py``), and its
     plans were the largest class of predictions off by more than 15% over the corpus, while no chosen plan of 90

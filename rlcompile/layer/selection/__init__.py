@@ -16,20 +16,7 @@
 from __future__ import annotations
 
 from rlcompile.layer.selection.api import select_segments
-from rlcompile.layer.selection.candidates import TIE_BAND, Candidate, create_libraries, native_twin, pick
+from rlcompile.layer.selection.candidates import Candidate
 from rlcompile.layer.selection.record import Selection
-from rlcompile.layer.selection.timing import ROUNDS, native_timers, report_noise, time_candidates
 
-__all__ = [
-    "ROUNDS",
-    "TIE_BAND",
-    "Candidate",
-    "Selection",
-    "create_libraries",
-    "native_timers",
-    "native_twin",
-    "pick",
-    "report_noise",
-    "select_segments",
-    "time_candidates",
-]
+__all__ = ["Candidate", "Selection", "select_segments"]
