@@ -103,7 +103,7 @@ def model_specs(names: list[str], out: Path) -> dict[str, list[str]]:
             model = quantised_copy(packaged_path(QUANTISED[name]), out / "models")
             specs[name] = [str(model), "--input-shape", entry.input_shape]
         else:
-            specs[name] = [corpus.model_spec(entries[name])]
+            specs[name] = corpus.arguments(entries[name])
     return specs
 
 

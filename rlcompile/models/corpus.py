@@ -50,6 +50,9 @@ class CorpusEntry:
     family: str  # text, vision, audio, detection, control-flow, zoo, packaged
     description: str
     build: Callable[[], tuple] | None = None  # -> (module, {input name: tensor})
+    #: dimensions exported as dynamic, {input: {axis: name}}, and the shapes a command then fixes, {input: shape}
+    dynamic_axes: dict[str, dict[int, str]] | None = None
+    input_shapes: dict[str, tuple[int, ...]] | None = None
 
     @property
     def file_name(self) -> str:
@@ -234,9 +237,48 @@ def recurrent_module():
     return torch.jit.script(Recurrent().eval()), {"frames": torch.randn(1, 50, 40, generator=generator)}
 
 
+def detector_module():
+    """A voice-activity detector's shape: an LSTM whose state is an input and an output, a branch on the audio's
+    length (``If``, constant once the length is fixed) holding a ``Loop`` over the steps whose body branches
+    (``If``) on a scalar sample-rate input and reads weights of the outer graph three levels down (the exported
+    Silero VAD reads its LSTM weights two levels down, under branches on its input's shape)."""
+    import torch
+
+    class Detector(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = torch.nn.Conv1d(1, 32, 16, stride=8)
+            self.lstm = torch.nn.LSTM(32, 64)
+            self.gate = torch.nn.Linear(64, 64)
+            self.head = torch.nn.Linear(64, 1)
+
+        def forward(self, audio: torch.Tensor, state: torch.Tensor, rate: torch.Tensor):
+            frames = torch.relu(self.encoder(audio.unsqueeze(1))).permute(2, 0, 1)
+            steps, (hidden, cell) = self.lstm(frames, (state[0:1], state[1:2]))
+            summary = steps[-1]
+            if audio.shape[1] >= 512:  # constant once the length is fixed: folding flattens this If
+                summary = self.gate(summary)
+                for step in range(steps.shape[0]):
+                    if bool(rate == 16000):
+                        summary = summary + self.gate(steps[step])
+                    else:
+                        summary = summary - self.gate(steps[step])
+            else:
+                summary = -self.gate(summary)
+            return torch.sigmoid(self.head(summary)), torch.cat([hidden, cell])
+
+    generator = torch.Generator().manual_seed(SEED)
+    inputs = {"audio": torch.randn(1, 512, generator=generator), "state": torch.zeros(2, 1, 64),
+              "rate": torch.tensor(16000)}  # fmt: skip
+    return torch.jit.script(Detector().eval()), inputs
+
+
 CONTROL_FLOW_ENTRIES = [
     CorpusEntry("cf:gated", "control-flow", "data-dependent branch (If) over outer-scope weights", gated_module),
     CorpusEntry("cf:recurrent", "control-flow", "a recurrent cell stepped in a Loop over 50 frames", recurrent_module),
+    CorpusEntry("cf:detector", "control-flow", "a voice-activity detector's shape: LSTM state in and out, a scalar "
+                "input, If > Loop > If over outer-scope weights, dynamic audio length", detector_module,
+                dynamic_axes={"audio": {1: "samples"}}, input_shapes={"audio": (1, 512)}),
 ]
 
 
@@ -261,6 +303,12 @@ def model_spec(entry: CorpusEntry, directory: Path | None = None) -> str:
     if entry.build is None:
         return entry.name
     return str((directory or default_dir()) / entry.file_name)
+
+
+def arguments(entry: CorpusEntry, directory: Path | None = None) -> list[str]:
+    """The CLI's MODEL argument for ``entry`` and the ``--input-shape`` flags its dynamic inputs need."""
+    flags = [f"{name}={','.join(map(str, shape))}" for name, shape in (entry.input_shapes or {}).items()]
+    return [model_spec(entry, directory), *(part for flag in flags for part in ("--input-shape", flag))]
 
 
 def spec_of(name: str) -> str:
@@ -304,7 +352,8 @@ def export(entry: CorpusEntry, path: Path) -> None:
         scratch_path = Path(scratch) / path.name
         torch.onnx.export(Keywords(module, list(inputs)) if entry.family != "control-flow" else module,
                           tuple(inputs.values()), str(scratch_path), dynamo=False, input_names=list(inputs),
-                          opset_version=OPSET, do_constant_folding=True)  # fmt: skip
+                          opset_version=OPSET, do_constant_folding=True,
+                          dynamic_axes=entry.dynamic_axes)  # fmt: skip
         proto = onnx.load(str(scratch_path))
         proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
         proto.doc_string = f"rlcompile corpus: {entry.description}; random weights, seed {SEED}"

@@ -315,7 +315,9 @@ def checked_fold(fold, proto: onnx.ModelProto, inputs: list[TensorSpec], how: st
     """``fold(proto)`` when its outputs agree with the original's in ONNX Runtime; :class:`ModelError` otherwise."""
     from rlcompile.runtimes.ort import run_proto
 
-    folded = fold(proto)
+    scratch = onnx.ModelProto()
+    scratch.CopyFrom(proto)  # a fold may change its argument in place (onnxslim renames outer-scope weights)
+    folded = fold(scratch)
     folded.ir_version = min(folded.ir_version, MAX_IR_VERSION)
     feeds = {spec.name: random_tensor(spec, np.random.default_rng(0)) for spec in inputs}
     try:

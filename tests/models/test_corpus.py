@@ -73,11 +73,13 @@ def test_batch_norm_statistics_are_settled_so_that_activations_keep_their_scale(
     assert corpus.settle_batch_norm(torch.nn.Linear(4, 4), {"input": torch.randn(1, 4)}) == 0
 
 
-def optimize(model: str, output: Path, levels: tuple[str, ...], libraries: str) -> dict:
+def optimize(model: str, output: Path, levels: tuple[str, ...], libraries: str,
+             input_shapes: dict | None = None) -> dict:
     """``optimize`` at a CI-sized budget: the greedy graph agent, quick timing, and no PyTorch in the layer stage
     (its per-group TorchScript compiles are the slowest part of a profile)."""
     settings = StageSettings(graph_agent="greedy", threads=2, libraries=libraries, timing=BLOCKS)
-    result = run_optimize(OptimizeRequest(model, output, budget_s=10.0, levels=levels, settings=settings))
+    result = run_optimize(OptimizeRequest(model, output, budget_s=10.0, levels=levels, settings=settings,
+                                          input_shapes=input_shapes or {}))
     return json.loads((output / "manifest.json").read_text()) | {"stages": result.manifest.optimize.stages}
 
 
@@ -101,3 +103,30 @@ def test_models_with_control_flow_survive_the_graph_level(slice_dir, tmp_path, n
     assert main(["graph", model, "--agent", "greedy", "--steps", "3", "--quick", "-o", str(tmp_path / "g.onnx")]) == 0
     manifest = optimize(model, tmp_path / "opt", ("graph", "layer"), "ort,openvino")
     assert manifest["optimize"]["latency"]["agreement"]["max_rel"] < 1e-3
+
+
+def test_folding_leaves_the_model_it_was_given_as_it_was(slice_dir):
+    """onnxslim flattens an ``If`` whose condition folds and renames the outer weights its branch reads, in the
+    proto it was given: the loaded model must stay the file's, whatever the fold did (the detector's ``If``
+    on its audio length folds once the length is fixed)."""
+    import onnx
+
+    from rlcompile.models.onnx_model import checked_fold, fix_input_shapes, fold_model, graph_inputs
+
+    proto = onnx.load(built(slice_dir, "cf-detector"))
+    inputs, _ = fix_input_shapes(proto, graph_inputs(proto), {"audio": (1, 512)}, "cf-detector")
+    before = proto.SerializeToString()
+    folded = checked_fold(fold_model, proto, inputs, "onnxslim")
+    assert proto.SerializeToString() == before
+    branches = [sum(node.op_type == "If" for node in model.graph.node) for model in (folded, proto)]
+    assert branches[0] < branches[1]
+
+
+@pytest.mark.slow
+def test_nested_control_flow_over_outer_weights_and_lstm_state_go_through_optimize(slice_dir, tmp_path):
+    """The voice-activity detector's shape (If > Loop > If reading outer weights three levels down, LSTM state in
+    and out, a scalar input, a dynamic length fixed by ``--input-shape``) goes through every level with exit 0."""
+    model = built(slice_dir, "cf-detector")
+    manifest = optimize(model, tmp_path / "opt", ("graph", "layer"), "ort,openvino", {"audio": (1, 512)})
+    assert manifest["optimize"]["latency"]["agreement"]["max_rel"] < 1e-3
+    assert main(["export", str(tmp_path / "opt"), "--to", "onnxruntime", "-o", str(tmp_path / "export")]) == 0
