@@ -122,6 +122,9 @@ class LatencyRecord(Record):
     rounds: int | None = None  # how many rounds the contest took (it settles: more while the twins disagree)
     #: what else used the machine while that contest ran: {"steal": share, "others": share}
     machine_load: dict | None = None
+    #: the library that runs the user's model untouched (whole, as given) when that is the plan kept: no other plan
+    #: beat it beyond the tie band and the noise
+    untouched: str | None = None
 
     def to_json(self) -> dict:  # noise and agreement are written even when unknown (null)
         return asdict(self)

@@ -22,7 +22,7 @@ from rlcompile.cli.common import (
     write_json,
 )
 from rlcompile.errors import RlcompileError, check_choice
-from rlcompile.measure import MachineLoad, MeasureConfig
+from rlcompile.measure import PLAN_RULE, MachineLoad, MeasureConfig
 from rlcompile.measure.load import load_words
 from rlcompile.names import (
     DEFAULT_LAYOUT,
@@ -136,6 +136,9 @@ def command_optimize(args: argparse.Namespace) -> int:
     if latency.noise is not None:
         verdict += f"; identical sessions differ by {100 * latency.noise:.1f}% in this run"
         verdict += load_words(MachineLoad.from_dict(latency.machine_load))
+    if latency.untouched is not None:
+        verdict += (f"; no plan beat your model run untouched by {latency.untouched} beyond that noise and the "
+                    f"{100 * PLAN_RULE.tie_band:.0f}% tie band, so the plan is that")  # fmt: skip
     stdout.print(f"{result.manifest.model}: {verdict}", highlight=False)
     if result.manifest.accuracy is not None:
         stdout.print(f"precision: {agreement_line(result.manifest)}", highlight=False)

@@ -127,6 +127,10 @@ class Settle:
     With ``min_batches``, every contender is timed in that many batches, within the deadline, however close the
     twins are: the twins agreeing says the machine was steady, not that each contender's median of a few blocks is
     (for a contest each of whose measurements is checked against a prediction).
+
+    With ``noisy``, a contest whose twins still differ by more than that after ``max_batches`` goes on for up to
+    ``noisy_batches`` more, before the deadline, each with blocks ``grow`` times as long as the last (up to
+    ``longest_s``): short blocks meet a shared machine's slow spells unevenly (:data:`NOISY_TARGET`).
     """
 
     target: float = SETTLED_NOISE
@@ -136,21 +140,41 @@ class Settle:
     everyone: bool = False
     spread: float | None = None
     min_batches: int = 1
+    noisy: float | None = None
+    noisy_batches: int = 0
+    grow: float = 1.0
+    longest_s: float = 0.0
 
     def allows(self, noise: float | None, batches: int, batch_seconds: float) -> bool:
         """Whether one more batch is measured while the twins disagree."""
-        return noise is not None and noise > self.target and self.has_room(batches, batch_seconds)
+        return noise is not None and noise > self.target and self.has_room(batches, batch_seconds, noise)
 
-    def has_room(self, batches: int, batch_seconds: float) -> bool:
-        """Whether one more batch of ``batch_seconds`` fits within the batches and before the deadline."""
-        if batches >= self.max_batches:
+    def has_room(self, batches: int, batch_seconds: float, noise: float | None = None) -> bool:
+        """Whether one more batch of ``batch_seconds`` fits within the batches (those for a noisy contest too, when
+        ``noise`` is beyond :attr:`noisy`) and before the deadline."""
+        limit = self.max_batches
+        if self.noisy is not None and noise is not None and noise > self.noisy:
+            limit += self.noisy_batches
+        if batches >= limit:
             return False
         return self.deadline is None or time.monotonic() + batch_seconds <= self.deadline
+
+    def lengthened(self, timing: MeasureConfig, batches: int) -> MeasureConfig:
+        """The blocks of the batch after ``batches`` batches: past :attr:`max_batches`, ``grow`` times the last's."""
+        extra = batches - self.max_batches + 1
+        if extra <= 0 or self.grow <= 1.0:
+            return timing
+        longest = max(self.longest_s, timing.min_time_s)
+        return replace(timing, min_time_s=min(timing.min_time_s * self.grow**extra, longest),
+                       max_time_s=max(timing.max_time_s, longest))  # fmt: skip
 
 
 #: A decision settles within 4 batches (20 rounds: 1.9% between twins on average in the measurement above, 40
 #: rounds no better); a contest without twins never extends.
 SETTLE = Settle()
+#: A final contest whose twins differ by more than this after its batches measures longer (:attr:`Settle.noisy`):
+#: beyond it, a plan's gain over the native cannot be told from the machine's noise.
+NOISY_TARGET = 0.03
 
 
 @dataclass
@@ -368,11 +392,14 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
                                       blocks=blocks)  # fmt: skip
     standings, batches = tally(contenders, samples, done, blocks), 1
     while settle is not None and done == batches * rounds:
-        active = settling_batch(contenders, standings, settle, batches, turns)
+        last_s, next_s = (settle.lengthened(timing, n).min_time_s for n in (batches - 1, batches))
+        longer = next_s / last_s if last_s > 0 else 1.0
+        active = settling_batch(contenders, standings, settle, batches, [seconds * longer for seconds in turns])
         if not active:
             break
-        spent, _, again = take_turns([calls[i] for i in active], [samples[i] for i in active], timing, rounds, rng,
-                                     in_order_first=False, wind_down_s=[pauses[i] for i in active],
+        blocks_now = settle.lengthened(timing, batches)
+        spent, _, again = take_turns([calls[i] for i in active], [samples[i] for i in active], blocks_now, rounds,
+                                     rng, in_order_first=False, wind_down_s=[pauses[i] for i in active],
                                      blocks=[blocks[i] for i in active], first_round=done)  # fmt: skip
         retimed += again
         for index, seconds in zip(active, spent, strict=True):

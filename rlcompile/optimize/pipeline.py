@@ -170,5 +170,7 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
     twin = native_twin(chosen, selection.model.proto, natives) if chosen.engine is not None else None
     final = natives[twin] if twin is not None else chosen.measured.median_ms
     agreement = chosen.agreement.to_dict() if chosen.agreement else None
+    untouched = chosen.engine.libraries[0] if chosen.untouched and chosen.engine is not None else None
     return LatencyRecord(natives, original, graph, kernel, final, original / final, selection.noise, agreement,
-                         selection.rounds, selection.load.to_dict() if selection.load else None)  # fmt: skip
+                         selection.rounds, selection.load.to_dict() if selection.load else None,
+                         untouched)  # fmt: skip

@@ -148,6 +148,8 @@ def write_report(output: Path, manifest: Manifest) -> None:
     rounds = latency.rounds or DECISION_ROUNDS
     lines += ["", f"Measured in turns in one process ({rounds} rounds). Two identical sessions of one "
               f"library differed by {100 * noise:.1f}% in this run." if noise is not None else "",
+              f"No plan beat the model run untouched by {latency.untouched} beyond that noise and the tie band: the "
+              "plan is that run." if latency.untouched else "",
               f"Outputs agree with ONNX Runtime on the original model (max relative error "
               f"{agreement.get('max_rel', float('nan')):.1e}).", "", "## Stages", ""]  # fmt: skip
     lines += stage_lines(run.stages)

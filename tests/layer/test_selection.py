@@ -100,6 +100,23 @@ def test_ties_go_to_the_plan_with_fewer_segments():
     assert pick([mixed, slow, candidate("single", 11.0, 1)], noise=0.3).labels == ["single"]
 
 
+def test_the_untouched_original_is_kept_unless_a_plan_beats_it_beyond_the_band_and_the_noise():
+    def candidate(label: str, ms: float, segments: int = 1, untouched: bool = False) -> Candidate:
+        c = Candidate([label], ["ort"], ms, measured=summarize([ms]), untouched=untouched)
+        c.engine = type("E", (), {"compiled": [None] * segments})()
+        return c
+
+    ort, openvino = candidate("native:ort", 2.00, untouched=True), candidate("native:openvino", 1.95, untouched=True)
+    cleaned = candidate("single:ort", 1.97)  # the cleaned graph in one segment: a tie with the faster native
+    assert pick([cleaned, ort, openvino]).labels == ["native:openvino"]  # the faster native, by its median
+    mixed = candidate("exact", 1.80, segments=3)  # 7.7% faster than the faster native
+    assert pick([cleaned, mixed, ort, openvino]).labels == ["exact"]
+    assert pick([cleaned, mixed, ort, openvino], noise=0.10).labels == ["native:openvino"]  # not beyond the noise
+    # among the plans that beat the native, ties go to the fewer segments
+    assert pick([candidate("single:openvino", 1.81), mixed, ort, openvino]).labels == ["single:openvino"]
+    assert pick([cleaned, mixed]).labels == ["exact"]  # no untouched run measured: the fastest, ties to the simplest
+
+
 def test_plan_directory_round_trip_and_python_api(selection, tmp_path: Path):
     out = save_plan(selection, tmp_path / "plan")
     manifest = json.loads((out / "manifest.json").read_text())

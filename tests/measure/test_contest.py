@@ -270,3 +270,21 @@ def test_the_standings_keep_each_contenders_block_by_round_numbered_across_settl
     twin = settled.round_ms["twin"]
     assert twin[0] > 15 and twin[9] < 15  # its first calls were slow: the blocks say which rounds
     assert all(25 < ms < 45 for ms in settled.round_ms["far behind"].values())
+
+
+def test_a_contest_still_noisy_after_its_batches_goes_on_with_longer_blocks():
+    """Twins that stay 3x apart: past ``max_batches`` the contest adds ``noisy_batches`` more, each with blocks twice
+    as long as the last (up to ``longest_s``), so each contender gets more calls per block."""
+    always_apart = [Contender("original", sleeper(1)), Contender("twin", sleeper(3), twin_of="original")]
+    timing = MeasureConfig(warmup=0, min_repeats=1, min_time_s=0.004, max_time_s=1.0)
+    settle = Settle(max_batches=1, noisy=0.03, noisy_batches=2, grow=2.0, longest_s=0.012)
+    result = run_contest(always_apart, timing, rounds=2, settle=settle)
+    assert result.rounds == 6  # 1 batch, then 2 noisy ones
+    per_block = [result["original"].repeats]
+    assert settle.lengthened(timing, 1).min_time_s == pytest.approx(0.008)
+    assert settle.lengthened(timing, 2).min_time_s == pytest.approx(0.012)  # capped at longest_s
+    assert settle.lengthened(timing, 0) == timing  # the first batch keeps its blocks
+    # ~4 calls per block in the first batch, ~8 and ~12 after: 2 * (4 + 8 + 12) = 48, far more than 6 * 4
+    assert per_block[0] > 6 * 4 * 1.3
+    quiet = [Contender("original", sleeper(1)), Contender("twin", sleeper(1), twin_of="original")]
+    assert run_contest(quiet, timing, rounds=2, settle=settle).rounds <= 4  # settled: no noisy batches needed

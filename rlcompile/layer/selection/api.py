@@ -20,6 +20,7 @@ from rlcompile.layer.selection.candidates import (
     create_libraries,
     first_candidates,
     is_mixed,
+    mark_untouched,
     natively_run,
     pick,
 )
@@ -154,6 +155,7 @@ def select_segments(
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
                                       skip=natively_run(candidates, original))  # fmt: skip
+    mark_untouched(candidates, original)
     twins = plan_twin_timers(grouped, candidates, created, threads, ungauged, progress)
     final = time_candidates(grouped, candidates, natives | twins, timing, progress, deadline, original.proto)
     selection = Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
