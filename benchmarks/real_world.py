@@ -11,7 +11,8 @@ offline into the cache first (``transformers`` needed for the ``hf:`` ones), and
 versions of two PaddleOCR models (``ocr-cls-q``, ``ocr-rec-q``; ONNX Runtime's ``quantize_dynamic``).
 Each command runs in its own process; recorded per (model, command): exit status, wall seconds, the
 line that says why (the error line, else the last line), whether a traceback was printed and, for
-``optimize``, the output's latency against the faster native library with the twins' noise. Expected
+``optimize``, the output's latency against the faster native library with the twins' noise; for ``optimize`` and
+``select``, the output timed from outside in a fresh process beside both natives (``benchmarks/outside.py``). Expected
 outcomes: exit 0, or exit 2 with one line naming what is unsupported; a traceback or exit 1 is a bug.
 Results go to ``real_world.json`` as each command finishes (written in one step); a re-run skips what
 is there (``--redo`` runs the selected ones again). ``--full-timing`` runs every command without
@@ -153,7 +154,27 @@ def try_command(model: list[str], command: str, out: Path, arguments: list[str])
                 "rounds": latency.get("rounds"), "budget_s": 240.0, "stages_s": stages}  # fmt: skip
     if command == "select":
         row |= select_predictions(out / "plan" / "manifest.json")
+    plan = out / PLAN_FOLDERS.get(command, "")
+    if command in PLAN_FOLDERS and status == 0 and (plan / "manifest.json").exists():
+        row["outside"] = outside_timing(model, plan)
     return row
+
+
+#: the commands whose output is timed from outside (:func:`outside_timing`), and the folder it is in
+PLAN_FOLDERS = {"optimize": "opt", "select": "plan"}
+
+
+def outside_timing(model: list[str], plan: Path) -> dict:
+    """``benchmarks/outside.py`` on ``plan`` in a fresh process: the plan through ``rlcompile.load(...).run`` beside
+    ONNX Runtime (twice) and OpenVINO on the original model, in alternating blocks; ``{"error": line}`` if it fails."""
+    argv = [sys.executable, str(Path(__file__).with_name("outside.py")), model[0], str(plan), *model[1:]]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {TIMEOUT_S} s"}
+    if done.returncode != 0:
+        return {"error": ([line for line in done.stderr.splitlines() if line.strip()] or [""])[-1][:300]}
+    return json.loads(done.stdout)
 
 
 def children_cpu_s() -> float:
@@ -361,9 +382,10 @@ def markdown_summary(saved: dict) -> str:
     its twins' noise and contest rounds; then every outcome other than exit 0, with its line."""
     commands = [command for command in COMMANDS if any(key.endswith(f"/{command}") for key in saved)]
     models = list(dict.fromkeys(key.rsplit("/", 1)[0] for key in saved))
-    lines = ["| model | " + " | ".join(commands) + " | optimize x faster native | noise | rounds | select: plans "
+    lines = ["| model | " + " | ".join(commands) + " | optimize x faster native | noise | rounds | from outside: "
+             "optimize, select x faster native (twins) | select: plans "
              f"predicted within {PREDICTION_BAND:.0%} | worst measured/predicted | machine during select: stolen, "
-             "others |", "|---" * (len(commands) + 7) + "|"]
+             "others |", "|---" * (len(commands) + 8) + "|"]
     for model in models:
         cells = []
         for command in commands:
@@ -379,7 +401,8 @@ def markdown_summary(saved: dict) -> str:
         within, priced, worst = predicted((saved.get(f"{model}/select") or {}).get("plans"))
         prediction = f"{within}/{priced} | {worst:.2f}" if worst is not None else " | "
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {noise} | {best.get('rounds', '')} | "
-                     f"{prediction} | {load_cell(select.get('machine'))} |")  # fmt: skip
+                     f"{outside_cell(best)}, {outside_cell(select)} | {prediction} | "
+                     f"{load_cell(select.get('machine'))} |")  # fmt: skip
     plans = [row.get("plans") for key, row in saved.items() if key.endswith("/select")]
     tally = {kind: [predicted(one, probed, single, by_round, whole) for one in plans]
              for kind, probed, single, by_round, whole in
@@ -401,6 +424,7 @@ def markdown_summary(saved: dict) -> str:
     lines += miss_lines(plans)
     lines += rounds_line(plans)
     lines += left_out_line([row for key, row in saved.items() if key.endswith("/select")])
+    lines += outside_lines(saved)
     others = [(key, row) for key, row in saved.items() if row["status"] != 0 or row["traceback"]]
     lines += ["", f"Outcomes other than exit 0: {len(others)}", ""]
     lines += [f"- {key}: exit {row['status']}: {row['last_line']}" for key, row in others]
@@ -420,6 +444,38 @@ def left_out_line(selects: list[dict]) -> list[str]:
         lines[-1] += (f" Final-contest blocks timed again because the hypervisor took their time: {sum(retimed)}, "
                       f"in {sum(count > 0 for count in retimed)} of {len(retimed)} runs.")
     return lines
+
+
+def outside_cell(row: dict) -> str:
+    """The outside timing's plan over the faster native, with its twins' spread ("-" where there is none)."""
+    outside = row.get("outside") or {}
+    if "plan_over_faster_native" not in outside:
+        return "-"
+    return f"{outside['plan_over_faster_native']:.3f} ({100 * outside['twins']:.1f}%)"
+
+
+def outside_lines(saved: dict) -> list[str]:
+    """How many outputs the outside timing puts above the faster native beyond its twins, and ``load(...).run``'s
+    cost over the runtime's own session on one-segment plans."""
+    rows = [(key, row["outside"]) for key, row in saved.items() if "plan_over_faster_native" in (row.get("outside")
+                                                                                                   or {})]  # fmt: skip
+    if not rows:
+        return []
+    slower = [f"{key} {o['plan_over_faster_native']:.3f}x (twins {100 * o['twins']:.1f}%)" for key, o in rows
+              if o["plan_over_faster_native"] > 1 + max(o["twins"], 0.0) + OUTSIDE_MARGIN]  # fmt: skip
+    own = [o["load_run_over_own_session"] for _, o in rows if "load_run_over_own_session" in o]
+    line = (f"Timed from outside (a fresh process, {rows[0][1]['rounds']} rounds of {rows[0][1]['block_s']} s "
+            f"blocks): {len(rows) - len(slower)} of {len(rows)} outputs at or below the faster native beyond the "
+            f"twins' spread" + (f"; slower: {'; '.join(slower)}" if slower else "") + ".")
+    if own:
+        line += (f" `rlcompile.load(...).run` over its one segment's own session: median {np.median(own):.3f}x, "
+                 f"worst {max(own):.3f}x ({len(own)} plans).")
+    return ["", line]
+
+
+#: An output counts as slower from outside when beyond the twins' spread by more than this (half a per cent: the
+#: resolution of one median of 0.7 s blocks).
+OUTSIDE_MARGIN = 0.005
 
 
 def load_cell(load: dict | None) -> str:

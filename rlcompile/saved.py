@@ -17,12 +17,25 @@ from pathlib import Path
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Listener, Phase, ignore
 from rlcompile.machine import host_cores
-from rlcompile.measure import REPORT_ROUNDS, Contender, LatencyStats, MachineLoad, MeasureConfig, run_contest
+from rlcompile.measure import (
+    REPORT_ROUNDS,
+    SETTLE,
+    Contender,
+    LatencyStats,
+    MachineLoad,
+    MeasureConfig,
+    run_contest,
+)
 from rlcompile.precision.contract import VALIDATION, Recheck, recheck
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.verify import Agreement, compare_outputs
 
 NATIVE = "ort native"
+OPENVINO_NATIVE = "openvino native"
+#: A saved result is flagged slower than the faster native when its median is beyond that native's by more than the
+#: twins' spread and at least this: two medians of one program in one process differ by up to ~1% however quiet
+#: the twins were (the graph level's REWRITE_RULE asks a rewrite for the same 1%).
+SLOWER_FLOOR = 0.01
 
 
 def is_artifact(path: str | Path) -> bool:
@@ -86,6 +99,10 @@ class SavedTiming:
     agreement: Agreement
     #: a plan below fp32: its error measured again on its saved held-out samples
     accuracy: Recheck | None = None
+    #: its median over the faster of ORT and OpenVINO native on the original model (``None`` without the model)
+    ratio_to_faster_native: float | None = None
+    #: slower than the faster native by more than the twins' spread (and :data:`SLOWER_FLOOR`)
+    slower: bool = False
 
     @property
     def ok(self) -> bool:
@@ -95,7 +112,8 @@ class SavedTiming:
         return {"path": self.path, "description": self.description, "latency": self.latency.to_dict(),
                 "ratio_to_first": self.ratio_to_first, "ratio_to_native": self.ratio_to_native,
                 "agreement": self.agreement.to_dict(),
-                "accuracy": self.accuracy.to_dict() if self.accuracy else None}  # fmt: skip
+                "accuracy": self.accuracy.to_dict() if self.accuracy else None,
+                "ratio_to_faster_native": self.ratio_to_faster_native, "slower": self.slower}  # fmt: skip
 
 
 @dataclass
@@ -109,6 +127,8 @@ class Timings:
     noise: float | None
     #: what else used the machine while they were timed
     load: MachineLoad | None = None
+    #: OpenVINO native on the original model, timed in the same rounds (``None`` when it cannot run it whole)
+    openvino: LatencyStats | None = None
 
 
 def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
@@ -143,16 +163,36 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
                          for _ in range(2)]  # fmt: skip
         contenders += [Contender.from_timer(NATIVE, native_timers[0]),
                        Contender.from_timer(f"{NATIVE} (identical session)", native_timers[1], twin_of=NATIVE)]
-    natives = " and two ONNX Runtime native sessions" if original is not None else ""
+        contenders += openvino_native(original, threads, feeds)
+    natives = " and ONNX Runtime (two sessions) and OpenVINO native" if original is not None else ""
     progress(Phase("run", f"timing {', '.join(names)}{natives} in turns", "measure"))
-    standings = run_contest(contenders, config, REPORT_ROUNDS)
+    standings = run_contest(contenders, config, REPORT_ROUNDS, SETTLE if original is not None else None)
     stats = [standings[contender.label] for contender in contenders[: len(saved)]]
     native = standings[NATIVE] if original is not None else None
+    openvino = standings[OPENVINO_NATIVE] if OPENVINO_NATIVE in standings.stats else None
+    faster = min(stats.median_ms for stats in (native, openvino) if stats is not None) if native else None
+    noise = standings.noise if original is not None else None
     timings = [SavedTiming(str(path), item.describe(), latency, latency.median_ms / stats[0].median_ms,
-                           latency.median_ms / native.median_ms if native else None, agreement, recheck)
+                           latency.median_ms / native.median_ms if native else None, agreement, recheck,
+                           latency.median_ms / faster if faster else None,
+                           bool(faster and latency.median_ms > faster * (1 + max(noise or 0.0, SLOWER_FLOOR))))
                for path, item, latency, agreement, recheck in zip(paths, saved, stats, agreements, rechecks,
                                                                    strict=True)]  # fmt: skip
-    return Timings(timings, native, standings.noise if original is not None else None, standings.load)
+    return Timings(timings, native, noise, standings.load, openvino)
+
+
+def openvino_native(original, threads: int, feeds) -> list[Contender]:
+    """OpenVINO on the original model whole, as a contender (none when OpenVINO is missing or refuses the model)."""
+    from rlcompile import runtimes
+
+    runtime = runtimes.create("openvino")
+    if runtime.unavailable() is not None:
+        return []
+    try:
+        timer = original.compile(runtime, RuntimeOptions(threads)).timed(feeds)
+    except RlcompileError:
+        return []
+    return [Contender.from_timer(OPENVINO_NATIVE, timer)]
 
 
 def accuracy_recheck(item) -> Recheck | None:

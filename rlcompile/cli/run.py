@@ -103,6 +103,10 @@ def run_saved(args: argparse.Namespace) -> int:
             line += f", {timing.ratio_to_first:.3f}x {timings[0].path}"
         if timing.ratio_to_native is not None:
             line += f", {timing.ratio_to_native:.3f}x ONNX Runtime native"
+        if timing.ratio_to_faster_native is not None and native_faster_named(measured):
+            line += f", {timing.ratio_to_faster_native:.3f}x the faster native ({native_faster_named(measured)})"
+        if timing.slower:
+            line += ": SLOWER than the faster native beyond the twins' spread and 1%"
         if timing.accuracy is None:
             stdout.print(f"{line}; {verdict} ONNX Runtime (max rel err {timing.agreement.max_rel:.1e})",
                          highlight=False)  # fmt: skip
@@ -114,13 +118,25 @@ def run_saved(args: argparse.Namespace) -> int:
     if native is None:
         stdout.print("the original model is not at hand, so ONNX Runtime native was not timed", highlight=False)
     else:
-        stdout.print(f"ONNX Runtime native: median {native.median_ms:.3f} ms (p90 {native.p90_ms:.3f} ms), "
+        openvino = measured.openvino
+        also = f"; OpenVINO native: median {openvino.median_ms:.3f} ms" if openvino is not None else ""
+        stdout.print(f"ONNX Runtime native: median {native.median_ms:.3f} ms (p90 {native.p90_ms:.3f} ms){also}, "
                      f"timed in the same rounds; two identical sessions of it differ by {measured.noise:.1%}: the "
                      f"noise every ratio above carries{load_words(measured.load)}", highlight=False)  # fmt: skip
     write_json(args.json, {"results": [timing.to_dict() for timing in timings],
                            "ort_native": native.to_dict() if native else None, "noise": measured.noise,
+                           "openvino_native": measured.openvino.to_dict() if measured.openvino else None,
                            "machine_load": measured.load.to_dict() if measured.load else None})  # fmt: skip
     return 0 if all(timing.ok for timing in timings) else 1
+
+
+def native_faster_named(measured) -> str | None:
+    """Which native run was the faster ("ONNX Runtime" or "OpenVINO"; ``None`` without the original model)."""
+    if measured.native is None:
+        return None
+    if measured.openvino is not None and measured.openvino.median_ms < measured.native.median_ms:
+        return "OpenVINO"
+    return "ONNX Runtime"
 
 
 def command_compare(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from rlcompile.measure import QUICK, summarize
 from rlcompile.measure.contest import Settle
 from rlcompile.models import load_model
 from rlcompile.plan import load_plan, save_plan
+from rlcompile.saved import SLOWER_FLOOR
 from rlcompile.verify import compare_outputs
 from tests.timing import BLOCKS
 
@@ -150,9 +151,14 @@ def test_select_cli_writes_a_plan_directory_that_run_runs(tmp_path: Path, capsys
     printed = capsys.readouterr().out
     assert "plans run end to end" in printed and "timing noise of this run" in printed and "wrote" in printed
     assert json.loads((out / "manifest.json").read_text())["selection"]["left_out"] == {}  # named: the user's choice
-    assert main(["run", str(out), "--quick"]) == 0
+    assert main(["run", str(out), "--quick", "--json", str(tmp_path / "run.json")]) == 0
     printed = capsys.readouterr().out
     assert "x ONNX Runtime native" in printed and "agrees with ONNX Runtime" in printed
+    timed = json.loads((tmp_path / "run.json").read_text())  # beside both natives, flagged against the faster
+    faster = min(timed["ort_native"]["median_ms"], timed["openvino_native"]["median_ms"])
+    result = timed["results"][0]
+    assert result["ratio_to_faster_native"] == pytest.approx(result["latency"]["median_ms"] / faster)
+    assert result["slower"] == (result["ratio_to_faster_native"] > 1 + max(timed["noise"], SLOWER_FLOOR))
 
 
 def test_select_within_a_budget_profiles_the_default_library_only_when_time_is_short(tmp_path: Path):

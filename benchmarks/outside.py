@@ -1,0 +1,131 @@
+"""A saved plan timed from outside, as a user would time it: beside ONNX Runtime and OpenVINO on the original model.
+
+    python benchmarks/outside.py MODEL PLAN_DIR [--input-shape NAME=D1,D2 ...] [--rounds 8] [--block 0.7]
+                                 [--json out.json]
+
+Runs in a fresh process (``real_world.py`` starts one per output) and times, in alternating blocks of ``--block``
+seconds over ``--rounds`` rounds (each round in a new random order): ``rlcompile.load(PLAN_DIR).run(feeds)``; ONNX
+Runtime on the original model with its default session options, twice (two sessions: their ratio is this
+measurement's noise); OpenVINO on the original model with its defaults, its inputs reshaped to the feeds' shapes (as
+OpenVINO's documentation recommends for shapes that do not change); and, for a plan of one segment, that segment's
+own session called directly (``session.run`` / ``infer``): what ``load(...).run`` adds over the runtime is the
+difference. The timing loop is this file's own (not ``rlcompile.measure``): the check does not share the code it
+checks. Prints and writes JSON: each contender's median ms, the plan over the faster native, the twins' noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROUNDS = 8
+BLOCK_S = 0.7
+
+
+def original_bytes(spec: str) -> bytes:
+    """The user's model file as it is (a path), or the built file of a zoo or packaged name."""
+    path = Path(spec)
+    if path.is_file():
+        return path.read_bytes()
+    from rlcompile.models import load_model
+
+    return load_model(spec).proto.SerializeToString()
+
+
+def natives(model: bytes, feeds: dict[str, np.ndarray]) -> dict:
+    """ONNX Runtime (two sessions) and OpenVINO on ``model`` at their defaults, as calls on ``feeds``."""
+    import onnxruntime as ort
+    import openvino as ov
+
+    calls = {}
+    for label in ("ort native", "ort native (identical session)"):
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        calls[label] = lambda session=session: session.run(None, feeds)
+    core = ov.Core()
+    network = core.read_model(model=model)
+    network.reshape({port.any_name: list(feeds[port.any_name].shape) for port in network.inputs})
+    request = core.compile_model(network, "CPU").create_infer_request()
+    calls["openvino native"] = lambda: request.infer(dict(feeds), share_inputs=True)
+    return calls
+
+
+def plan_calls(plan_dir: Path, feeds: dict[str, np.ndarray]) -> dict:
+    """``rlcompile.load(plan_dir).run(feeds)``, and for a one-segment plan its runtime's own call."""
+    import rlcompile
+
+    plan = rlcompile.load(plan_dir)
+    calls = {"plan (rlcompile.load(...).run)": lambda: plan.run(feeds)}
+    engine = getattr(plan, "engine", None)
+    if engine is not None and len(engine.compiled) == 1:
+        runner = engine.compiled[0].runner
+        if hasattr(runner, "session"):
+            session = runner.session
+            calls["its segment's own session"] = lambda: session.run(None, feeds)
+        elif hasattr(runner, "request"):
+            request = runner.request
+            calls["its segment's own session"] = lambda: request.infer(dict(feeds), share_inputs=True)
+    return calls
+
+
+def alternate(calls: dict, rounds: int, block_s: float, seed: int = 0) -> dict[str, float]:
+    """Each call's median ms over ``rounds`` rounds of ``block_s`` blocks, in a new random order every round (one
+    warm-up call before each block)."""
+    rng = np.random.default_rng(seed)
+    samples: dict[str, list[float]] = {label: [] for label in calls}
+    labels = list(calls)
+    for _ in range(rounds):
+        for index in rng.permutation(len(labels)):
+            label, call = labels[index], calls[labels[index]]
+            call()
+            end = time.perf_counter() + block_s
+            while True:
+                started = time.perf_counter()
+                call()
+                finished = time.perf_counter()
+                samples[label].append(1e3 * (finished - started))
+                if finished >= end:
+                    break
+    return {label: float(np.median(values)) for label, values in samples.items()}
+
+
+def outside(spec: str, plan_dir: Path, shapes: list[str], rounds: int = ROUNDS, block_s: float = BLOCK_S) -> dict:
+    """The measurement this file describes, as a dict."""
+    from rlcompile.models import load_model, parse_input_shapes
+
+    feeds = load_model(spec, parse_input_shapes(shapes)).random_inputs(0)
+    calls = natives(original_bytes(spec), feeds) | plan_calls(plan_dir, feeds)
+    medians = alternate(calls, rounds, block_s)
+    faster = min(medians["ort native"], medians["openvino native"])
+    result = {"ms": medians, "rounds": rounds, "block_s": block_s,
+              "plan_over_faster_native": medians["plan (rlcompile.load(...).run)"] / faster,
+              "twins": abs(medians["ort native (identical session)"] / medians["ort native"] - 1)}  # fmt: skip
+    if "its segment's own session" in medians:
+        result["load_run_over_own_session"] = medians["plan (rlcompile.load(...).run)"] / medians[
+            "its segment's own session"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model")
+    parser.add_argument("plan", type=Path)
+    parser.add_argument("--input-shape", action="append", default=[])
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--block", type=float, default=BLOCK_S)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    result = outside(args.model, args.plan, args.input_shape, args.rounds, args.block)
+    text = json.dumps(result, indent=1)
+    if args.json is not None:
+        args.json.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
