@@ -45,8 +45,10 @@ class OpenVinoRunner(Runner):
         self.prepare_seconds = prepare_seconds
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        results = self.request.infer(list(inputs), share_inputs=True)
-        return [results[index] for index in range(self.count)]
+        # inputs by index in a dict, not a list: on ocr-cls (0.6 ms a call, 2-core Zen 4) a list made each call 7%
+        # slower (1.155 against 1.078 ms in one alternating run, twins 0.3% apart), the outputs taken as a tuple
+        results = self.request.infer(dict(enumerate(inputs)), share_inputs=True)
+        return list(results.to_tuple())
 
 
 def layers(compiled, times: dict[str, list[float]]) -> list[tuple[frozenset[str], float]]:
