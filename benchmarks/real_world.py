@@ -151,6 +151,7 @@ def try_command(model: list[str], command: str, out: Path, arguments: list[str])
         latency = optimize["latency"]
         stages = {name: stage.get("wall_s") for name, stage in optimize["stages"].items()}
         row |= {"speedup": latency["speedup"], "noise": latency["noise"], "final_ms": latency["final_ms"],
+                "paired_noise": latency.get("paired_noise"),
                 "rounds": latency.get("rounds"), "budget_s": 240.0, "stages_s": stages}  # fmt: skip
     if command == "select":
         row |= select_predictions(out / "plan" / "manifest.json")
@@ -192,6 +193,7 @@ def select_predictions(manifest: Path) -> dict:
     time."""
     selection = json.loads(manifest.read_text())["selection"] if manifest.exists() else {}
     return {"plans": plan_predictions(manifest), "noise": selection.get("noise"),
+            "paired_noise": selection.get("paired_noise"),
             "calibration_noise": selection.get("calibration_noise"), "left_out": selection.get("left_out"),
             "retimed": selection.get("retimed_blocks")}
 

@@ -125,6 +125,9 @@ class LatencyRecord(Record):
     #: the library that runs the user's model untouched (whole, as given) when that is the plan kept: no other plan
     #: beat it beyond the tie band and the noise
     untouched: str | None = None
+    #: the twins' spread judged round by round (:attr:`Selection.paired_noise`): small where :attr:`noise` is large
+    #: when the machine's spells, not the sessions, set them apart
+    paired_noise: float | None = None
 
     def to_json(self) -> dict:  # noise and agreement are written even when unknown (null)
         return asdict(self)

@@ -173,4 +173,4 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
     untouched = chosen.engine.libraries[0] if chosen.untouched and chosen.engine is not None else None
     return LatencyRecord(natives, original, graph, kernel, final, original / final, selection.noise, agreement,
                          selection.rounds, selection.load.to_dict() if selection.load else None,
-                         untouched)  # fmt: skip
+                         untouched, selection.paired_noise)  # fmt: skip

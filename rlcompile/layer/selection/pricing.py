@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping
 from functools import cached_property
 
+import numpy as np
+
 from rlcompile.events import Event, Listener
 from rlcompile.layer.in_context import (
     Drift,
@@ -273,6 +275,21 @@ class Judged:
             if candidate.measured and native:
                 pairs.append((candidate.measured, self.natives[native]))
         ratios = [abs(a.median_ms / b.median_ms - 1) for a, b in pairs]
+        return max(ratios) if ratios else None
+
+    @property
+    def paired_noise(self) -> float | None:
+        """The twins' spread judged round by round: the largest |median over rounds of (twin's block / its native's
+        block in that round) - 1| of the native runs' identical sessions (``None`` without their blocks by round).
+        A spell of the machine that lasts a round slows both blocks of a pair alike: beside :attr:`noise`, it tells
+        a noisy machine's spells (this stays small) from two sessions that really differ (both large)."""
+        rounds = getattr(self, "native_round_ms", {})
+        ratios = []
+        for probe, native in PROBES.items():
+            twin, own = rounds.get(probe) or {}, rounds.get(native) or {}
+            paired = [twin[index] / own[index] for index in twin if index in own and own[index] > 0]
+            if paired:
+                ratios.append(abs(float(np.median(paired)) - 1))
         return max(ratios) if ratios else None
 
     @property

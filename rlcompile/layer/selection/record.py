@@ -104,6 +104,7 @@ class Selection(Judged):
             "native_ms": {name: stats.median_ms for name, stats in self.natives.items()},
             "plan_twin_ms": {name: stats.median_ms for name, stats in self.plan_twins.items()},
             "noise": self.noise,
+            "paired_noise": self.paired_noise,
             "calibration_noise": self.calibration_noise,
             "rounds": self.rounds,
             "machine_load": self.load.to_dict() if self.load else None,
