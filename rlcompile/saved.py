@@ -130,6 +130,22 @@ class Timings:
     #: OpenVINO native on the original model, timed in the same rounds (``None`` when it cannot run it whole)
     openvino: LatencyStats | None = None
 
+    @property
+    def faster_native(self) -> tuple[str, LatencyStats] | None:
+        """The faster of ONNX Runtime and OpenVINO native, by name ("ONNX Runtime", "OpenVINO"), and its latency
+        (``None`` without the original model)."""
+        return faster_native(self.native, self.openvino)
+
+
+def faster_native(native: LatencyStats | None,
+                  openvino: LatencyStats | None) -> tuple[str, LatencyStats] | None:  # fmt: skip
+    """The faster of ORT native (``native``) and OpenVINO native, named; ``None`` without ORT native."""
+    if native is None:
+        return None
+    if openvino is not None and openvino.median_ms < native.median_ms:
+        return "OpenVINO", openvino
+    return "ONNX Runtime", native
+
 
 def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
                progress: Listener = ignore) -> Timings:  # fmt: skip
@@ -170,7 +186,8 @@ def time_saved(paths: Sequence[str | Path], config: MeasureConfig,
     stats = [standings[contender.label] for contender in contenders[: len(saved)]]
     native = standings[NATIVE] if original is not None else None
     openvino = standings[OPENVINO_NATIVE] if OPENVINO_NATIVE in standings.stats else None
-    faster = min(stats.median_ms for stats in (native, openvino) if stats is not None) if native else None
+    fastest = faster_native(native, openvino)
+    faster = fastest[1].median_ms if fastest else None
     noise = standings.noise if original is not None else None
     timings = [SavedTiming(str(path), item.describe(), latency, latency.median_ms / stats[0].median_ms,
                            latency.median_ms / native.median_ms if native else None, agreement, recheck,

@@ -103,8 +103,8 @@ def run_saved(args: argparse.Namespace) -> int:
             line += f", {timing.ratio_to_first:.3f}x {timings[0].path}"
         if timing.ratio_to_native is not None:
             line += f", {timing.ratio_to_native:.3f}x ONNX Runtime native"
-        if timing.ratio_to_faster_native is not None and native_faster_named(measured):
-            line += f", {timing.ratio_to_faster_native:.3f}x the faster native ({native_faster_named(measured)})"
+        if timing.ratio_to_faster_native is not None and measured.faster_native:
+            line += f", {timing.ratio_to_faster_native:.3f}x the faster native ({measured.faster_native[0]})"
         if timing.slower:
             line += ": SLOWER than the faster native beyond the twins' spread and 1%"
         if timing.accuracy is None:
@@ -128,15 +128,6 @@ def run_saved(args: argparse.Namespace) -> int:
                            "openvino_native": measured.openvino.to_dict() if measured.openvino else None,
                            "machine_load": measured.load.to_dict() if measured.load else None})  # fmt: skip
     return 0 if all(timing.ok for timing in timings) else 1
-
-
-def native_faster_named(measured) -> str | None:
-    """Which native run was the faster ("ONNX Runtime" or "OpenVINO"; ``None`` without the original model)."""
-    if measured.native is None:
-        return None
-    if measured.openvino is not None and measured.openvino.median_ms < measured.native.median_ms:
-        return "OpenVINO"
-    return "ONNX Runtime"
 
 
 def command_compare(args: argparse.Namespace) -> int:

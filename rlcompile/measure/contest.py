@@ -392,12 +392,11 @@ def run_contest(contenders: Sequence[Contender], timing: MeasureConfig = DEFAULT
                                       blocks=blocks)  # fmt: skip
     standings, batches = tally(contenders, samples, done, blocks), 1
     while settle is not None and done == batches * rounds:
-        last_s, next_s = (settle.lengthened(timing, n).min_time_s for n in (batches - 1, batches))
-        longer = next_s / last_s if last_s > 0 else 1.0
+        blocks_now, last_s = settle.lengthened(timing, batches), settle.lengthened(timing, batches - 1).min_time_s
+        longer = blocks_now.min_time_s / last_s if last_s > 0 else 1.0  # the next batch's turns, estimated
         active = settling_batch(contenders, standings, settle, batches, [seconds * longer for seconds in turns])
         if not active:
             break
-        blocks_now = settle.lengthened(timing, batches)
         spent, _, again = take_turns([calls[i] for i in active], [samples[i] for i in active], blocks_now, rounds,
                                      rng, in_order_first=False, wind_down_s=[pauses[i] for i in active],
                                      blocks=[blocks[i] for i in active], first_round=done)  # fmt: skip

@@ -283,10 +283,9 @@ class Judged:
         block in that round) - 1| of the native runs' identical sessions (``None`` without their blocks by round).
         A spell of the machine that lasts a round slows both blocks of a pair alike: beside :attr:`noise`, it tells
         a noisy machine's spells (this stays small) from two sessions that really differ (both large)."""
-        rounds = getattr(self, "native_round_ms", {})
         ratios = []
         for probe, native in PROBES.items():
-            twin, own = rounds.get(probe) or {}, rounds.get(native) or {}
+            twin, own = self.native_round_ms.get(probe) or {}, self.native_round_ms.get(native) or {}
             paired = [twin[index] / own[index] for index in twin if index in own and own[index] > 0]
             if paired:
                 ratios.append(abs(float(np.median(paired)) - 1))
