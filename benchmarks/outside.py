@@ -12,7 +12,8 @@ documentation recommends for shapes that do not change), with its defaults but f
 alone (bf16 where the CPU has it: reported, not the fp32 reference); and, for a plan of one segment, that segment's
 own session called directly (``session.run`` / ``infer``): what ``load(...).run`` adds over the runtime is the
 difference. The timing loop is this file's own (not ``rlcompile.measure``): the check does not share the code it
-checks. Prints and writes JSON: each contender's median ms, the plan over the faster native, the twins' noise.
+checks. Prints and writes JSON: each contender's median ms, the plan over the faster native, the twins' noise and
+whether the plan is slower than that native beyond them (``slower``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ import numpy as np
 
 ROUNDS = 8
 BLOCK_S = 0.7
+#: The plan counts as slower than the faster native when beyond the twins' spread by more than this (half a per cent:
+#: the resolution of one median of 0.7 s blocks).
+MARGIN = 0.005
 #: Another batch of rounds while ORT's two sessions differ by more than this, up to this many batches: a slow spell of
 #: the shared VM left them 42-62% apart over 8 rounds of 0.7 s blocks
 NOISE_TARGET = 0.03
@@ -97,6 +101,12 @@ def alternate(calls: dict, rounds: int, block_s: float, seed: int = 0) -> tuple[
             return medians, done
 
 
+def slower(result: dict) -> bool:
+    """Whether ``result`` (:func:`outside`'s) puts the plan above the faster native beyond the twins and
+    :data:`MARGIN`."""
+    return result["plan_over_faster_native"] > 1 + result["twins"] + MARGIN
+
+
 def twins(medians: dict[str, float]) -> float:
     """How far ORT's two identical sessions are apart."""
     return abs(medians["ort native (identical session)"] / medians["ort native"] - 1)
@@ -131,6 +141,7 @@ def outside(spec: str, plan_dir: Path, shapes: list[str], rounds: int = ROUNDS, 
     result = {"ms": medians, "rounds": done, "block_s": block_s,
               "plan_over_faster_native": medians["plan (rlcompile.load(...).run)"] / faster,
               "twins": twins(medians)}  # fmt: skip
+    result["slower"] = slower(result)
     result["plan_over_openvino_defaults"] = medians["plan (rlcompile.load(...).run)"] / medians[OPENVINO_DEFAULTS]
     if "its segment's own session" in medians:
         result["load_run_over_own_session"] = medians["plan (rlcompile.load(...).run)"] / medians[

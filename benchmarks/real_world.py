@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from outside import slower as slower_than_native
 from rich.console import Console
 from rich.table import Table
 
@@ -315,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
             arguments = command_arguments(command, args.full_timing, args.select_budget, args.select_libraries)
             saved[key] = try_command(model, command, run_folder(args.out, name, command), arguments)
             atomic.write_json(path, saved, indent=1)
+    for row in saved.values():  # outside timings from before outside.py said whether the plan was slower
+        if "plan_over_faster_native" in (row.get("outside") or {}) and "slower" not in row["outside"]:
+            row["outside"]["slower"] = slower_than_native(row["outside"])
     for key, row in saved.items():  # rows from before the predictions were recorded, while their plans are on disk
         if key.endswith("/select") and ("plans" not in row or "noise" not in row):
             row |= select_predictions(run_folder(args.out, key.rsplit("/", 1)[0], "select") / "plan" / "manifest.json")
@@ -473,7 +477,7 @@ def outside_lines(saved: dict) -> list[str]:
     if not rows:
         return []
     slower = [f"{key} {o['plan_over_faster_native']:.3f}x (twins {100 * o['twins']:.1f}%)" for key, o in rows
-              if o["plan_over_faster_native"] > 1 + max(o["twins"], 0.0) + OUTSIDE_MARGIN]  # fmt: skip
+              if o["slower"]]  # fmt: skip
     own = [o["load_run_over_own_session"] for _, o in rows if "load_run_over_own_session" in o]
     line = (f"Timed from outside (a fresh process, {rows[0][1]['rounds']} rounds of {rows[0][1]['block_s']} s "
             f"blocks): {len(rows) - len(slower)} of {len(rows)} outputs at or below the faster native beyond the "
@@ -482,11 +486,6 @@ def outside_lines(saved: dict) -> list[str]:
         line += (f" `rlcompile.load(...).run` over its one segment's own session: median {np.median(own):.3f}x, "
                  f"worst {max(own):.3f}x ({len(own)} plans).")
     return ["", line]
-
-
-#: An output counts as slower from outside when beyond the twins' spread by more than this (half a per cent: the
-#: resolution of one median of 0.7 s blocks).
-OUTSIDE_MARGIN = 0.005
 
 
 def load_cell(load: dict | None) -> str:
