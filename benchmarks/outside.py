@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlcompile.measure import paired_medians, summarize
+
 ROUNDS = 8
 BLOCK_S = 0.7
 #: The plan counts as slower than the faster native when beyond the twins' spread by more than this (half a per cent:
@@ -88,15 +90,19 @@ def plan_calls(plan_dir: Path, feeds: dict[str, np.ndarray]) -> dict:
 
 def alternate(calls: dict, rounds: int, block_s: float, seed: int = 0) -> tuple[dict[str, float], int]:
     """Each call's median ms over ``rounds`` rounds of ``block_s`` blocks, in a new random order every round (one
-    warm-up call before each block), then ``rounds`` more at a time, pooled, while ORT's two sessions differ by more
-    than :data:`NOISE_TARGET` (at most :data:`MAX_BATCHES` batches); the medians and the rounds taken."""
+    warm-up call before each block), judged round by round against ORT native as the contest judges
+    (:func:`~rlcompile.measure.contest.paired_medians`), then ``rounds`` more at a time while ORT's two sessions
+    differ by more than :data:`NOISE_TARGET` (at most :data:`MAX_BATCHES` batches); the medians and the rounds
+    taken."""
     rng = np.random.default_rng(seed)
     samples: dict[str, list[float]] = {label: [] for label in calls}
+    blocks: dict[str, dict[int, float]] = {label: {} for label in calls}
     done = 0
     while True:
-        one_batch(calls, samples, rounds, block_s, rng)
+        one_batch(calls, samples, blocks, rounds, block_s, rng, done)
         done += rounds
-        medians = {label: float(np.median(values)) for label, values in samples.items()}
+        pooled = {label: summarize(values) for label, values in samples.items()}
+        medians = {label: stats.median_ms for label, stats in paired_medians(pooled, blocks, "ort native").items()}
         if twins(medians) <= NOISE_TARGET or done >= MAX_BATCHES * rounds:
             return medians, done
 
@@ -112,22 +118,25 @@ def twins(medians: dict[str, float]) -> float:
     return abs(medians["ort native (identical session)"] / medians["ort native"] - 1)
 
 
-def one_batch(calls: dict, samples: dict[str, list[float]], rounds: int, block_s: float,
-              rng: np.random.Generator) -> None:  # fmt: skip
-    """``rounds`` rounds of every call, each a block of ``block_s`` after one warm-up call, in shuffled order."""
+def one_batch(calls: dict, samples: dict[str, list[float]], blocks: dict[str, dict[int, float]], rounds: int,
+              block_s: float, rng: np.random.Generator, first_round: int = 0) -> None:  # fmt: skip
+    """``rounds`` rounds of every call, each a block of ``block_s`` after one warm-up call, in shuffled order; each
+    block's median goes to ``blocks`` under its round's number (counted from ``first_round``)."""
     labels = list(calls)
-    for _ in range(rounds):
+    for number in range(first_round, first_round + rounds):
         for index in rng.permutation(len(labels)):
             label, call = labels[index], calls[labels[index]]
             call()
-            end = time.perf_counter() + block_s
+            block, end = [], time.perf_counter() + block_s
             while True:
                 started = time.perf_counter()
                 call()
                 finished = time.perf_counter()
-                samples[label].append(1e3 * (finished - started))
+                block.append(1e3 * (finished - started))
                 if finished >= end:
                     break
+            samples[label].extend(block)
+            blocks[label][number] = float(np.median(block))
 
 
 def outside(spec: str, plan_dir: Path, shapes: list[str], rounds: int = ROUNDS, block_s: float = BLOCK_S) -> dict:

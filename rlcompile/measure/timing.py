@@ -63,6 +63,9 @@ class LatencyStats:
     repeats: int
     warmup: int
     samples_ms: tuple[float, ...] = field(repr=False)
+    #: the median of the samples themselves, where :attr:`median_ms` was judged round by round against another
+    #: contender in a contest (:func:`~rlcompile.measure.contest.paired_medians`); ``None`` where they are the same
+    pooled_median_ms: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self) | {"samples_ms": list(self.samples_ms)}

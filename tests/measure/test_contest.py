@@ -18,7 +18,7 @@ from rlcompile.measure import (
     run_contest,
     summarize,
 )
-from rlcompile.measure.contest import WIND_DOWN_CAP, Standings, beats, fastest, wind_down
+from rlcompile.measure.contest import WIND_DOWN_CAP, Standings, beats, fastest, paired_medians, tally, wind_down
 
 QUICK_TURNS = MeasureConfig(warmup=1, min_repeats=5, min_time_s=0.02, max_time_s=1.0)
 
@@ -288,3 +288,24 @@ def test_a_contest_still_noisy_after_its_batches_goes_on_with_longer_blocks():
     assert per_block[0] > 6 * 4 * 1.3
     quiet = [Contender("original", sleeper(1)), Contender("twin", sleeper(1), twin_of="original")]
     assert run_contest(quiet, timing, rounds=2, settle=settle).rounds <= 4  # settled: no noisy batches needed
+
+
+def test_contenders_are_judged_round_by_round_so_a_spell_that_falls_unevenly_does_not_decide():
+    """A slow spell (1.6x) covers rounds 0-1 for everyone and round 2 for the plan alone: pooled, the plan is 1.6x
+    the native; round by round it ties, and the twins, slowed alike, agree."""
+    slow, fast = 5.6, 3.5
+    blocks = {"native": [slow, slow, fast, fast, fast], "twin": [slow, slow, fast, fast, fast],
+              "plan": [slow, slow, slow, fast, fast]}  # fmt: skip
+    contenders = [Contender("twin", sleeper(0), twin_of="native"), Contender("native", sleeper(0)),
+                  Contender("plan", sleeper(0))]  # fmt: skip
+    samples = [list(blocks[c.label]) for c in contenders]
+    by_round = [dict(enumerate(blocks[c.label])) for c in contenders]
+    judged = tally(contenders, samples, 5, by_round)
+    assert judged["plan"].pooled_median_ms == pytest.approx(slow)
+    assert judged.median("plan") == pytest.approx(fast)  # the native's median times the median ratio, 1.0
+    assert judged["native"].pooled_median_ms is None  # the reference keeps its own median
+    assert judged.noise == pytest.approx(0.0)
+    assert not judged.beats("native", "plan", PLAN_RULE)
+    # a contender never timed in a round beside the reference keeps its pooled median
+    alone = paired_medians({"a": summarize([2.0]), "b": summarize([4.0])}, {"a": {0: 2.0}, "b": {1: 4.0}}, "a")
+    assert alone["b"].median_ms == 4.0 and alone["b"].pooled_median_ms is None
