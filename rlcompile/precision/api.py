@@ -16,10 +16,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Event, Listener, Phase, Step, ignore
@@ -35,13 +37,15 @@ from rlcompile.precision.contract import AccuracyContract, Samples, load_metric,
 from rlcompile.precision.evaluate import Evaluation, Evaluator
 from rlcompile.precision.quantize import Quantizer
 from rlcompile.precision.searches import SearchResult, create
-from rlcompile.precision.space import Mode, PrecisionPlan, modes, precision_units
+from rlcompile.precision.searches.recipes import recipe_modes
+from rlcompile.precision.smoothing import smooth
+from rlcompile.precision.space import DEFAULT_RECIPE, Mode, PrecisionPlan, Recipe, Unit, modes, precision_units
 from rlcompile.runtimes import Runner
 from rlcompile.runtimes.ort import run_proto_on_each
 from rlcompile.verify import compare_outputs
 
 #: The searches run, in order (the agent's own comes last, with what the others measured in the cache).
-SEARCHES = ("uniform", "greedy", "proxy")
+SEARCHES = ("uniform", "recipes", "greedy", "proxy")
 #: How many of the searches' plans (fastest first, distinct) join the final contest.
 FINALISTS = 4
 #: How many of them (each search's best, each lowered float mode alone, then the fastest within tolerance) are timed
@@ -113,12 +117,11 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     for name, why in left_out.items():
         progress(Event("precision", f"precision: {name} left out: {why}"))
     units = precision_units(grouped.proto, grouped.groups) if "int8" in contract.lowered else []
-    quantizer = Quantizer(grouped.proto, [samples.feeds(s) for s in samples.calibration],
-                          None if work is None else work / "int8",
-                          [name for unit in units for name in (*unit.nodes, *unit.companions)])  # fmt: skip
-    evaluator = Evaluator(units, quantizer, created, samples, metric, reference, fp32_error, contract.tolerance,
-                          threads, grouped=grouped, max_evaluations=max_evaluations or max(40, 4 * len(units) + 12),
-                          deadline=deadline)  # fmt: skip
+    quantizer_of = recipe_quantizers(grouped.proto, units, [samples.feeds(s) for s in samples.calibration], work)
+    evaluator = Evaluator(units, quantizer_of(DEFAULT_RECIPE), created, samples, metric, reference, fp32_error,
+                          contract.tolerance, threads, grouped=grouped,
+                          max_evaluations=max_evaluations or max(40, 4 * len(units) + 12), deadline=deadline,
+                          quantizer_factory=quantizer_of)  # fmt: skip
     searches = run_searches(evaluator, allowed, agent, seed, progress)
     finalists = finalist_candidates(evaluator, searches, selection, contract, samples, fp32_error, final_deadline)
     progress(Phase("precision", f"precision: timing {len(finalists)} precision plans with the fp32 plans in turns",
@@ -130,7 +133,7 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     selection.native_calls = natives
     selection.take_final(time_candidates(grouped, selection.candidates, selection.final_timers(), timing, progress,
                                          final_deadline, model.proto))  # fmt: skip
-    quantizer.close()
+    evaluator.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
     if grouped is not selection.grouped:
         progress(Event("precision", "precision: lowered the model as the user gave it (the rewritten graph ran "
@@ -140,6 +143,21 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     for candidate in finalists:
         candidate.accuracy.searches = choice.summary()
     return choice
+
+
+def recipe_quantizers(proto: onnx.ModelProto, units: list[Unit], feeds: list[dict[str, np.ndarray]],
+                      work: Path | None) -> Callable[[Recipe], Quantizer]:  # fmt: skip
+    """How each recipe's quantizer is made: over ``proto`` smoothed at the recipe's alpha (on the units' MatMuls)
+    or as it is, calibrated by its method on ``feeds``, in its own folder of ``work`` (its cache kept there)."""
+    quantizable = [name for unit in units for name in (*unit.nodes, *unit.companions)]
+    anchors = [name for unit in units for name in unit.nodes]
+
+    def make(recipe: Recipe) -> Quantizer:
+        source = smooth(proto, feeds, recipe.smoothing, anchors) if recipe.smoothing else proto
+        folder = "int8" if recipe == DEFAULT_RECIPE else f"int8-{recipe.calibration}-smooth{recipe.smoothing:g}"
+        return Quantizer(source, feeds, None if work is None else work / folder, quantizable, recipe.calibration)
+
+    return make
 
 
 def source_graph(selection: Selection):
@@ -163,6 +181,7 @@ def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: in
         names = ["uniform"]  # no group can run in int8: the modes are the whole space
     results = []
     for index, name in enumerate(names):
+        allowed = recipe_modes(evaluator, allowed)
         progress(Step("precision", f"precision: {name} search ({len(evaluator.visited)} plans measured so far)",
                       index, len(names), "searches", name))  # fmt: skip
         evaluator.share_time(len(names) - index)
@@ -224,7 +243,7 @@ def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Select
         precision=contract.precision, metric=contract.metric, tolerance=contract.tolerance, data=samples.source,
         calibration_samples=len(samples.calibration), validation_samples=len(samples.validation),
         fp32_error=fp32_error, error=evaluation.error, excess=evaluation.excess, plan=plan.label(len(units)),
-        mode={"runtime": plan.mode.runtime, "floats": plan.mode.floats},
+        mode={"runtime": plan.mode.runtime, "floats": plan.mode.floats, "recipe": plan.mode.recipe.to_dict()},
         int8_groups=[units[i].group for i in sorted(plan.int8)], evaluations=len(evaluator.visited),
         searches={}, real_data=samples.real)  # fmt: skip
     candidate.validation = validation_arrays(samples, evaluator.reference)

@@ -29,7 +29,7 @@ from rlcompile.precision.contract import (
 from rlcompile.precision.quantize import Quantizer, placement_for
 from rlcompile.precision.savings import unit_savings
 from rlcompile.precision.sensitivity import local_deviations
-from rlcompile.precision.space import Mode, PrecisionPlan, Unit
+from rlcompile.precision.space import Mode, PrecisionPlan, Recipe, Unit
 from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
 
 #: Rounds of brief blocks :meth:`Evaluator.screen` times its plans in turns for.
@@ -72,6 +72,7 @@ class Evaluator:
     """Measures plans of one model against one accuracy contract, each at most once."""
 
     units: list[Unit]
+    #: the default recipe's quantizer; another recipe's comes from ``quantizers`` (:meth:`quantizer_for`)
     quantizer: Quantizer
     created: Mapping[str, Runtime]
     samples: Samples
@@ -90,10 +91,29 @@ class Evaluator:
     cache: dict[PrecisionPlan, Evaluation] = field(default_factory=dict)
     #: plans in the order they were first evaluated
     visited: list[PrecisionPlan] = field(default_factory=list)
-    #: each runtime's units' local deviations (:meth:`sensitivity`), or why the probe failed
-    sensitivities: dict[str, np.ndarray | str] = field(default_factory=dict)
+    #: each runtime's and recipe's units' local deviations (:meth:`sensitivity`), or why the probe failed
+    sensitivities: dict[tuple[str, Recipe], np.ndarray | str] = field(default_factory=dict)
     #: each mode's units' measured int8 savings in ms (:meth:`savings`), or why they are not known
     savings_found: dict[Mode, np.ndarray | str] = field(default_factory=dict)
+    #: how a recipe's quantizer is made (``None``: only the default recipe can be built), and those made so far
+    quantizer_factory: Callable[[Recipe], Quantizer] | None = None
+    quantizers: dict[tuple[float, str], Quantizer] = field(default_factory=dict)
+
+    def quantizer_for(self, recipe: Recipe) -> Quantizer:
+        """The quantizer of ``recipe``'s float model (smoothed or not) and calibration, made once."""
+        key = (recipe.smoothing, recipe.calibration)
+        if key == (0.0, "minmax"):
+            return self.quantizer
+        if key not in self.quantizers:
+            if self.quantizer_factory is None:
+                raise ValueError(f"no quantizer for the recipe {recipe.label!r}")
+            self.quantizers[key] = self.quantizer_factory(recipe)
+        return self.quantizers[key]
+
+    def close(self) -> None:
+        """Removes every quantizer's models."""
+        for quantizer in [self.quantizer, *self.quantizers.values()]:
+            quantizer.close()
 
     @property
     def spent(self) -> bool:
@@ -182,10 +202,11 @@ class Evaluator:
 
         def probe() -> np.ndarray | str:
             feeds = [self.samples.feeds(sample) for sample in self.samples.calibration]
-            found = local_deviations(self.quantizer, self.units, placement_for(mode.runtime), feeds)
+            found = local_deviations(self.quantizer_for(mode.recipe), self.units, placement_for(mode.runtime), feeds,
+                                     mode.recipe)  # fmt: skip
             return found if np.all(np.isfinite(found)) else "non-finite deviations"
 
-        return self.once(self.sensitivities, mode.runtime, probe)
+        return self.once(self.sensitivities, (mode.runtime, mode.recipe), probe)
 
     def savings(self, mode: Mode) -> np.ndarray | None:
         """What each unit's int8 kernels save in ``mode`` (ms, from the runtime's counters on the float and the
@@ -196,7 +217,8 @@ class Evaluator:
         def measure() -> np.ndarray | str:
             lowered = self.model(PrecisionPlan(mode, frozenset(range(len(self.units)))))
             options = RuntimeOptions(self.threads, exclusive=True, precision=mode.floats)
-            found = unit_savings(self.created[mode.runtime], self.quantizer.original, lowered, self.grouped.groups,
+            found = unit_savings(self.created[mode.runtime], self.quantizer_for(mode.recipe).original, lowered,
+                                 self.grouped.groups,
                                  self.units, self.samples.feeds(self.samples.validation[0]), options)  # fmt: skip
             return f"{mode.runtime} keeps no per-kernel counters" if found is None else found
 
@@ -217,8 +239,9 @@ class Evaluator:
 
     def model(self, plan: PrecisionPlan) -> onnx.ModelProto:
         """The plan's ONNX model: the float model with its int8 units as QDQ nodes, placed for its runtime."""
-        nodes = [node for index in plan.int8 for node in (*self.units[index].nodes, *self.units[index].companions)]
-        return self.quantizer.quantized(nodes, placement_for(plan.mode.runtime))
+        recipe = plan.mode.recipe
+        nodes = [node for index in plan.int8 for node in self.units[index].quantized(recipe)]
+        return self.quantizer_for(recipe).quantized(nodes, placement_for(plan.mode.runtime))
 
     def compile(self, plan: PrecisionPlan, exclusive: bool = True) -> Runner:
         options = RuntimeOptions(self.threads, exclusive=exclusive, precision=plan.mode.floats)

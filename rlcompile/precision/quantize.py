@@ -17,6 +17,8 @@ kernels (QLinearConv) need the outputs quantized and ran the recogniser 1.9x slo
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -60,6 +62,10 @@ ORT_PLACEMENT = Placement(QUANTIZED_OPS | {"Relu", "Clip"})
 #: convolution: only the inputs are quantized (a residual Add's both inputs), and max pooling runs in int8.
 OPENVINO_PLACEMENT = Placement(QUANTIZED_OPS | {"Add", "MaxPool"}, QUANTIZED_OPS | {"Add"}, force_pooling=True)
 PLACEMENTS = {"ort": ORT_PLACEMENT, "openvino": OPENVINO_PLACEMENT}
+#: How the activations' ranges are set from the calibration samples: ONNX Runtime's calibrators by name, with their
+#: options (``percentile``: the range covers 99.999% of the values seen, clipping rare outliers).
+CALIBRATION_METHODS = {"minmax": ("MinMax", {}), "percentile": ("Percentile", {"percentile": 99.999}),
+                       "entropy": ("Entropy", {})}  # fmt: skip
 #: The operator types whose tensors are calibrated: those of every placement, so one calibration serves all.
 CALIBRATED_OPS = frozenset().union(*(placement.op_types for placement in PLACEMENTS.values()))
 
@@ -184,8 +190,11 @@ class Quantizer:
     """QDQ models of one float model, any set of its nodes in int8, from one calibration."""
 
     def __init__(self, proto: onnx.ModelProto, calibration: Sequence[dict[str, np.ndarray]],
-                 work: Path | None = None, quantizable: Iterable[str] = ()) -> None:  # fmt: skip
+                 work: Path | None = None, quantizable: Iterable[str] = (),
+                 method: str = "minmax") -> None:  # fmt: skip
         self.original = proto
+        #: the calibration method (:data:`CALIBRATION_METHODS`)
+        self.method = method
         #: every node a plan may quantize: a plan of some of them is derived from the model of all (:func:`derive`)
         self.quantizable = frozenset(quantizable)
         #: why this model cannot be quantized (every int8 plan then fails with it), or None
@@ -225,16 +234,19 @@ class Quantizer:
         return onnx.load(str(self.models[placement, key]))
 
     def calibrate(self) -> None:
-        """The ranges of every tensor of :data:`CALIBRATED_OPS`'s nodes on the calibration samples, written to
+        """The ranges of every tensor of :data:`CALIBRATED_OPS`'s nodes on the calibration samples (by
+        :attr:`method`), written to
         the cache that every quantization reads (a cache left in ``work`` by an earlier run is replaced)."""
         from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator, save_tensors_data
 
         with tempfile.TemporaryDirectory(prefix="rlcompile-calibrate-") as folder:
+            name, options = CALIBRATION_METHODS[self.method]
             calibrator = create_calibrator(self.source, sorted(CALIBRATED_OPS),
                                            augmented_model_path=str(Path(folder) / "augmented.onnx"),
-                                           calibrate_method=CalibrationMethod.MinMax)  # fmt: skip
-            calibrator.collect_data(SampleReader(self.calibration))
-            save_tensors_data(calibrator.compute_data(), self.cache)
+                                           calibrate_method=CalibrationMethod[name], extra_options=options)  # fmt: skip
+            with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print their progress
+                calibrator.collect_data(SampleReader(self.calibration))
+                save_tensors_data(calibrator.compute_data(), self.cache)
         self.calibrated = True
 
     def quantize(self, nodes: list[str], placement: Placement, target: Path) -> None:
@@ -251,7 +263,8 @@ class Quantizer:
             quantize_static(str(self.source), str(target), None,
                             quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=not has_vnni(),
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=nodes,
-                            calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=str(self.cache),
+                            calibrate_method=CalibrationMethod[CALIBRATION_METHODS[self.method][0]],
+                            calibration_cache_path=str(self.cache),
                             **placement.options())  # fmt: skip
         except Exception as error:  # the quantizer on a graph it cannot take: said in one line by the caller
             raise ModelError(f"ONNX Runtime's quantizer cannot quantize this model: {first_line(error)}") from None

@@ -22,7 +22,7 @@ import onnx
 from onnx import helper
 
 from rlcompile.precision.quantize import Placement, Quantizer, float_values
-from rlcompile.precision.space import Unit
+from rlcompile.precision.space import DEFAULT_RECIPE, Recipe, Unit
 from rlcompile.runtimes.ort import run_proto_on_each
 
 #: Calibration samples the probe runs (the ranking, not the error: that is measured on the validation samples).
@@ -32,11 +32,12 @@ PREFIX = "rlcompile.sensitivity/"
 
 
 def local_deviations(quantizer: Quantizer, units: Sequence[Unit], placement: Placement,
-                     feeds: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:  # fmt: skip
+                     feeds: Sequence[Mapping[str, np.ndarray]],
+                     recipe: Recipe = DEFAULT_RECIPE) -> np.ndarray:  # fmt: skip
     """Each unit's relative L2 deviation (mean over ``feeds``, at most :data:`PROBE_SAMPLES`) when its anchors
     alone compute in int8 on fp32's inputs. Raises what the quantizer or ONNX Runtime raise."""
     anchors = [name for unit in units for name in unit.nodes]
-    lowered = quantizer.quantized([name for unit in units for name in (*unit.nodes, *unit.companions)], placement)
+    lowered = quantizer.quantized([name for unit in units for name in unit.quantized(recipe)], placement)
     probe, pairs = probe_model(quantizer.proto, lowered, anchors)
     runs = run_proto_on_each(probe, list(feeds)[:PROBE_SAMPLES])
     names = [value.name for value in probe.graph.output]

@@ -61,3 +61,33 @@ def conv_relu_conv() -> tuple[onnx.ModelProto, list]:
     groups = [SimpleNamespace(name="a", nodes=["conv1", "relu1"], outputs=["r1"]),
               SimpleNamespace(name="b", nodes=["conv2"], outputs=["y"])]  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups
+
+
+def outlier_block(channels: int = 16) -> tuple[onnx.ModelProto, list]:
+    """A transformer's shape of trouble: ``x`` with two channels 50x the others feeds two MatMuls (a query and a key,
+    group a) and, with the first's output, a residual Add (group b's MatMul reads the sum)."""
+    from types import SimpleNamespace
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    weights = [numpy_helper.from_array((rng.standard_normal((channels, channels)) / 4).astype(np.float32), name)
+               for name in ("Wq", "Wk", "Wo")]  # fmt: skip
+    nodes = [helper.make_node("MatMul", ["x", "Wq"], ["q"], name="query"),
+             helper.make_node("MatMul", ["x", "Wk"], ["k"], name="key"),
+             helper.make_node("Add", ["q", "k"], ["qk"], name="join"),
+             helper.make_node("Add", ["qk", "x"], ["s"], name="residual"),
+             helper.make_node("MatMul", ["s", "Wo"], ["y"], name="out")]  # fmt: skip
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 8, channels])  # noqa: E731
+    graph = helper.make_graph(nodes, "outliers", [value("x")], [value("y")], weights)
+    groups = [SimpleNamespace(name="a", nodes=["query", "key", "join"], outputs=["qk"]),
+              SimpleNamespace(name="b", nodes=["residual", "out"], outputs=["y"])]  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups
+
+
+def outlier_samples(count: int, channels: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Inputs of :func:`outlier_block`: normal values, channels 3 and 11 (of 16) 50 times larger."""
+    rng = np.random.default_rng(seed)
+    scale = np.ones(channels, np.float32)
+    scale[[3, channels - 5]] = 50.0
+    return [{"x": (rng.standard_normal((1, 8, channels)) * scale).astype(np.float32)} for _ in range(count)]

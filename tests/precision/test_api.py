@@ -54,7 +54,7 @@ def test_every_finalist_is_within_tolerance_and_the_winner_is_the_fastest_measur
         assert {e.plan for e in exact} <= {e.plan for e in screened} and len(screened) > len(exact)
     measured = [c.measured.median_ms for c in selection.candidates if c.measured]
     assert selection.chosen.measured.median_ms <= min(measured) * 1.02 + 1e-9
-    assert {s.solver for s in choice.searches} == {"uniform", "greedy", "proxy", "qlearning"}
+    assert {s.solver for s in choice.searches} == {"uniform", "recipes", "greedy", "proxy", "qlearning"}
     assert all(e.plan.exact or e.failure or np.isfinite(e.error) for e in choice.evaluations)
 
 

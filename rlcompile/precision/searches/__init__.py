@@ -9,10 +9,12 @@ from rlcompile.precision.searches.greedy import greedy
 from rlcompile.precision.searches.proxy import proxy
 from rlcompile.precision.searches.qlearning import qlearning
 from rlcompile.precision.searches.random import random_search
+from rlcompile.precision.searches.recipes import recipes
 from rlcompile.precision.searches.uniform import uniform
 
 SEARCHES: dict[str, Search] = {
-    "uniform": uniform, "greedy": greedy, "proxy": proxy, "qlearning": qlearning, "random": random_search,
+    "uniform": uniform, "recipes": recipes, "greedy": greedy, "proxy": proxy, "qlearning": qlearning,
+    "random": random_search,
 }  # fmt: skip
 
 

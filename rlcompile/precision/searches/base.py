@@ -104,7 +104,7 @@ def local_when_short(evaluator: Evaluator, mode: Mode, plans_needed: int, notes:
         return None
     deviations = evaluator.sensitivity(mode)
     if deviations is None:
-        notes["probe_failed"] = evaluator.sensitivities[mode.runtime]
+        notes["probe_failed"] = evaluator.sensitivities[mode.runtime, mode.recipe]
     return deviations
 
 

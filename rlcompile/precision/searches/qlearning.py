@@ -43,8 +43,9 @@ def qlearning(evaluator: Evaluator, modes: list[Mode], seed: int, episodes: int 
     try:
         reference_ms = evaluator(PrecisionPlan(modes[0])).ms
         for plan, evaluation in list(evaluator.cache.items()):
-            if plan.mode in modes:
-                values.learn(modes.index(plan.mode), plan.int8, reward_of(evaluation, reference_ms))
+            index = next((i for i, mode in enumerate(modes) if PrecisionPlan(mode, plan.int8) == plan), None)
+            if index is not None:  # a float plan is any recipe's: the recipe changes only what is in int8
+                values.learn(index, plan.int8, reward_of(evaluation, reference_ms))
         experienced = any(plan.int8 for plan in evaluator.cache)
         known = evaluator.best(list(evaluator.cache))
         notes["started_from"] = known.plan.label(units) if known else None

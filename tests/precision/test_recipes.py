@@ -1,0 +1,40 @@
+"""The ``recipes`` search: each recipe's all-int8 plan measured, the one with the least error kept for the others."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from rlcompile import runtimes
+from rlcompile.precision.api import recipe_quantizers
+from rlcompile.precision.contract import Samples, relative_l2
+from rlcompile.precision.evaluate import Evaluator
+from rlcompile.precision.searches import create
+from rlcompile.precision.searches.recipes import recipe_modes
+from rlcompile.precision.space import DEFAULT_RECIPE, RECIPES, Mode, PrecisionPlan, Recipe, precision_units
+from rlcompile.runtimes.ort import run_proto_on_each
+from tests.precision.builders import outlier_block, outlier_samples
+
+
+def test_the_recipe_with_the_least_error_goes_on_to_the_searches_after_it(tmp_path):
+    proto, groups = outlier_block()
+    units = precision_units(proto, groups)
+    assert [unit.residuals for unit in units] == [("join",), ("residual",)]
+    calibration, validation = outlier_samples(16), outlier_samples(8, seed=1)
+    samples = Samples(calibration, validation, "outliers", ["x"])
+    make = recipe_quantizers(proto, units, calibration, tmp_path)
+    evaluator = Evaluator(units, make(DEFAULT_RECIPE), {"openvino": runtimes.create("openvino")}, samples, relative_l2,
+                          run_proto_on_each(proto, validation), 0.0, 0.5, 1, grouped=SimpleNamespace(groups=groups),
+                          quantizer_factory=make)  # fmt: skip
+    modes = [Mode("openvino")]
+    create("uniform")(evaluator, modes, 0)
+    result = create("recipes")(evaluator, modes, 0)
+    every = frozenset(range(len(units)))
+    errors = {recipe: evaluator.cache[PrecisionPlan(Mode("openvino", recipe=recipe), every)].error
+              for recipe in (DEFAULT_RECIPE, *RECIPES)}  # fmt: skip
+    assert result.evaluations == len(RECIPES) and len(result.notes["errors"]) == len(RECIPES)
+    assert errors[Recipe(smoothing=0.8, residuals=False)] < errors[DEFAULT_RECIPE]
+    chosen = recipe_modes(evaluator, modes)[0].recipe
+    assert errors[chosen] == min(errors.values())
+    assert PrecisionPlan(Mode("openvino", recipe=chosen)) == PrecisionPlan(Mode("openvino"))  # a float plan is any's
+    assert (tmp_path / "int8-minmax-smooth0.8" / "calibration.json").exists()  # each recipe calibrates in its folder
+    evaluator.close()
