@@ -12,7 +12,7 @@ bandwidth), and a fill of freshly allocated memory (GB/s: page faults). A block 
 :data:`SLOW` times its median over the blocks in the fast cluster (the blocks within :data:`SLOW` of its
 fastest block).
 
-Measured on the 2-core Zen 4 VM (stop 43, ``results/machine_state``, 150 s): ORT ran ocr-det at 12 or 24 ms
+Measured on the 2-core Zen 4 VM (``results/machine_state``, 150 s): ORT ran ocr-det at 12 or 24 ms
 in spells of 10-70 s (124 of 350 blocks slow), OpenVINO at 8.3 or 12.1 ms in the same blocks; in those blocks
 a BLAS matmul on both CPUs ran 0.53x as fast (128x128, mostly synchronisation) and 0.70x (384x384), while
 each CPU alone, the cache and memory bandwidth and page faults did not move (1.00, 1.00, 0.99, 1.00). So what

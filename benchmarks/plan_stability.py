@@ -16,16 +16,16 @@ to predict such a plan within 15%, its own blocks must agree within that.
 ``--variant`` compiles the plan a second time with its ONNX Runtime segments run another way and times it in each
 block too, the plan and it taking turns at following ORT native (one process, the same blocks, so a slow spell of
 the machine falls on both): ``unpinned``, their intra-op workers left to the scheduler (plans pin them to the CPUs
-after the first since stop 58), ``one-thread``, one thread each (no worker to wake at each segment), or ``twin``, as
+after the first), ``one-thread``, one thread each (no worker to wake at each segment), or ``twin``, as
 they are (what two identical plans differ by, block by block).
-Measured at stop 57 on the 2-core Zen 4 VM (``results/plan_stability/ocr-det-mixed-variants``: ocr-det's
+Measured on the 2-core Zen 4 VM (``results/plan_stability/ocr-det-mixed-variants``: ocr-det's
 20-segment Q-learning plan from ``manifest.json``, 24 blocks each, one run after the other, the plan unpinned then):
 the twin over the plan, block by block, median 0.948 and 1.010 (0.66-1.57 between blocks); pinned 0.994 and 0.924
-(0.57-1.55); one-thread 1.072 (0.72-1.36): the VM's spells hid any difference. At stop 58 on the lent machine's Xeon
+(0.57-1.55); one-thread 1.072 (0.72-1.36): the VM's spells hid any difference. On the lent machine's Xeon
 (2 of its cores; ``results/plan_stability/albert-xeon-variants``, hf:albert's 5-segment plan, 30 blocks each): the
 unpinned plan's ORT segments took 0.3-0.4 or 1.3-4.4 ms a call, a block at a time (over 0.8 ms in 20 of 30 blocks);
 pinned 0.21-0.38 ms in all 30 (the plan 0.881x its unpinned self, block by block), one thread each 0.22-0.41 ms
-(0.900x). Pinning was adopted.
+(0.900x): plans pin them.
 
 Measured on the lent H100 machine's host (a quiet 16-core Xeon, 16 threads), hf:mobilenet-v2's PyTorch plan (34
 segments): 20-25 ms a call after two warm-up calls, then block medians of 40-82 ms beside ORT native (minima
@@ -99,7 +99,7 @@ def manifest_plan(path: Path, label: str, groups: int) -> list[str]:
 
 
 class UnpinnedOrt(OrtRuntime):
-    """ONNX Runtime whose plan segments leave their intra-op workers unpinned (how plans ran before stop 58)."""
+    """ONNX Runtime whose plan segments leave their intra-op workers unpinned (plans pin them)."""
 
     def session_config(self, options: RuntimeOptions) -> dict[str, str]:
         config = super().session_config(options)

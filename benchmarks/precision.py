@@ -58,15 +58,14 @@ from rlcompile.precision.contract import (
 )
 
 console = Console(width=200)
-TASKS = {"ocr-rec": ("rlcompile.models.tasks:text_error", "ocr_rec_samples"),
-         "ocr-cls": ("top1", "ocr_cls_samples"), "lenet-digits": ("top1", "lenet_digits"),
-         "ocr-det": ("rlcompile.models.tasks:detection_error", "ocr_det_samples")}  # fmt: skip
-#: Tasks whose model the project trains (written next to the samples, under OUT/NAME)
-TRAINED = ("lenet-digits",)
+TASKS = {"ocr-rec": "rlcompile.models.tasks:text_error", "ocr-cls": "top1", "lenet-digits": "top1",
+         "ocr-det": "rlcompile.models.tasks:detection_error", "minilm": "rlcompile.models.sentences:embedding_error"}
+#: The fixed input shapes of a task's model exported with dynamic axes (the sequence the transformer is judged at)
+SHAPES = {"minilm": {name: (1, 128) for name in ("input_ids", "attention_mask", "token_type_ids")}}
 TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=1.0)
 #: The noise probes: a second session of each fp32 library (OpenVINO's own, since its contenders here are the ones
-#: compared: two compiled instances of PaddleOCR's classifier read 0.73 and 0.82 ms in one contest at stop 71, while
-#: ONNX Runtime's twins were 0.7% apart)
+#: compared: two compiled instances of PaddleOCR's classifier read 0.73 and 0.82 ms in one contest, while ONNX
+#: Runtime's twins were 0.7% apart)
 TWINS = {"ort fp32 (identical session)": "ort fp32", "openvino fp32 (identical session)": "openvino fp32"}
 #: More batches of rounds, every contender timed in each, while the twins differ by more than 2% (as a decision settles)
 SETTLE = Settle(max_batches=3, everyone=True)
@@ -78,13 +77,13 @@ def model_and_samples(name: str, count: int, seed: int, out: Path) -> tuple[obje
     if name in TASKS:
         from rlcompile.models import tasks
 
-        metric, writer = TASKS[name]
-        if name in TRAINED:
+        metric = TASKS[name]
+        if name in tasks.TRAINED:
             (out / name).mkdir(parents=True, exist_ok=True)
-            arrays = getattr(tasks, writer)(out / name, count, seed)
-            model = load_model(str(out / name / f"{name}.onnx"))
+            arrays = tasks.TRAINED[name](out / name, count, seed)
+            model = load_model(str(out / name / f"{name}.onnx"), SHAPES.get(name))
         else:
-            arrays, model = getattr(tasks, writer)(count, seed), load_model(name)
+            arrays, model = tasks.WRITERS[name](count, seed), load_model(name)
         inputs = {spec.name: (tuple(spec.shape), np.dtype(spec.dtype)) for spec in model.inputs}
         samples = [{key: value[i] for key, value in arrays.items()} for i in range(count)]
         return model, [check_sample(sample, inputs, name) for sample in samples], metric  # the batch axis as --data
@@ -137,10 +136,78 @@ def nncf_model(proto, samples: Samples, metric, reference, tolerance: float, ite
         model, calibration, validation, validation_fn=validate, max_drop=tolerance,
         drop_type=nncf.DropType.ABSOLUTE, subset_size=len(samples.calibration),
         # one ranking worker: NNCF sizes its pool itself, each worker with models of its own, and its accuracy control
-        # on bert was killed for memory on the 24 GB VM (stop 58); the ranking is the same with one
+        # on bert was killed for memory on the 24 GB VM; the ranking is the same with one
         advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(max_num_iterations=iterations,
                                                                                  num_ranking_workers=1))
     return quantized, None
+
+
+def is_transformer(proto) -> bool:
+    """Whether the model has attention's Softmax and MatMuls: the transformer anchors then join."""
+    kinds = {node.op_type for node in proto.graph.node}
+    return {"Softmax", "MatMul"} <= kinds
+
+
+def transformer_anchors(proto, samples: Samples, threads: int, folder: Path, notes: dict) -> dict[str, object]:
+    """What users run on a transformer in one call each: ONNX Runtime's dynamic quantization (per-token activation
+    scales at run time), alone and after its transformers optimizer, and NNCF's transformer preset (SmoothQuant,
+    MIXED preset) run by OpenVINO under the fp32 and the bf16 hint. Each one's seconds go into ``notes``."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from rlcompile import runtimes
+    from rlcompile.runtimes import RuntimeOptions
+
+    ort, runners = runtimes.create("ort"), {}
+    source = folder / "fp32-dynamic.onnx"
+    onnx.save(proto, str(source))
+    started = time.monotonic()
+    quantize_dynamic(str(source), str(folder / "dynamic.onnx"), weight_type=QuantType.QInt8)
+    runners["ort int8 (quantize_dynamic)"] = ort.compile(onnx.load(str(folder / "dynamic.onnx")),
+                                                         RuntimeOptions(threads, exclusive=True))  # fmt: skip
+    notes["quantize_dynamic_s"] = time.monotonic() - started
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        started = time.monotonic()
+        optimize_model(str(source), model_type="bert").save_model_to_file(str(folder / "optimized.onnx"))
+        quantize_dynamic(str(folder / "optimized.onnx"), str(folder / "optimized-dynamic.onnx"),
+                         weight_type=QuantType.QInt8)  # fmt: skip
+        runners["ort int8 (transformers optimizer + quantize_dynamic)"] = ort.compile(
+            onnx.load(str(folder / "optimized-dynamic.onnx")), RuntimeOptions(threads, exclusive=True))
+        notes["optimizer_dynamic_s"] = time.monotonic() - started
+    except Exception as error:  # the optimizer on a graph it cannot fuse: a result of the comparison, said
+        notes["transformers optimizer"] = f"{type(error).__name__}: {first_line(error)}"
+    try:
+        import nncf
+        import openvino as ov
+    except ImportError:
+        notes["nncf transformer preset"] = "nncf is not installed (pip install nncf)"
+        return runners
+    started = time.monotonic()
+    quantized = nncf.quantize(ov.Core().read_model(proto.SerializeToString()),
+                              nncf.Dataset([samples.feeds(s) for s in samples.calibration]),
+                              model_type=nncf.ModelType.TRANSFORMER, preset=nncf.QuantizationPreset.MIXED,
+                              subset_size=len(samples.calibration))  # fmt: skip
+    notes["nncf_transformer_s"] = time.monotonic() - started
+    for floats, hint in (("fp32", "f32"), ("bf16", "bf16")):
+        config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": hint}
+        compiled = ov.Core().compile_model(quantized, "CPU", config)
+        runners[f"nncf transformer preset, {floats} hint"] = nncf_runner(compiled, samples.inputs)
+    return runners
+
+
+def retrieval(name: str, samples: Samples, reference: list, outputs: list) -> float | None:
+    """For a sentence encoder, recall@10 of each held-out sentence's nearest neighbours against fp32's."""
+    if name != "minilm":
+        return None
+    from rlcompile.models.sentences import embedding, recall_at
+
+    def embeddings(results: list) -> np.ndarray:
+        return np.concatenate([embedding(r[0], s["attention_mask"]) for r, s in zip(results, samples.validation,
+                                                                                     strict=True)])  # fmt: skip
+
+    return recall_at(embeddings(reference), embeddings(outputs))
 
 
 def measure_model(name: str, args: argparse.Namespace) -> dict:
@@ -182,6 +249,8 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
             int8 = quantize_everything(with_per_channel_opset(model.static_proto()), feeds, Path(folder))
             runners["ort int8 (quantize_static)"] = ort.compile(int8, RuntimeOptions(threads, exclusive=True))
         runners["openvino int8 (quantize_static)"] = openvino.compile(int8, RuntimeOptions(threads, exclusive=True))
+        if is_transformer(model.proto):
+            runners |= transformer_anchors(model.static_proto(), samples, threads, Path(folder), notes)
     nncf_started = time.monotonic()
     if not args.no_nncf:
         try:
@@ -222,7 +291,8 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
         outputs = [run_named(runner, samples.feeds(s)) for s in validation]
         error = mean_error(metric, samples, reference, outputs)
         rows.append({"plan": label, "error": error, "excess": error - fp32_error,
-                     "within": within_tolerance(error - fp32_error, args.tolerance)})  # fmt: skip
+                     "within": within_tolerance(error - fp32_error, args.tolerance),
+                     "recall@10": retrieval(name, samples, reference, outputs)})  # fmt: skip
     feeds = samples.feeds(validation[0])
     # each followed by its library's wind-down (an ONNX Runtime session run natively spins ~45 ms after a call, which
     # slowed whoever came next: ocr-cls's one-segment OpenVINO plan measured 1.07x OpenVINO native without it)
@@ -271,12 +341,14 @@ def run_named(runner, feeds: dict) -> list[np.ndarray]:
 
 def summary_table(results: dict) -> Table:
     table = Table(title="precision: latency (alternating) and error on held-out samples")
-    for column in ("model", "plan", "ms", "x fastest fp32", "error", "excess", "within"):
+    for column in ("model", "plan", "ms", "x fastest fp32", "error", "excess", "within", "recall@10"):
         table.add_column(column, justify="left" if column in ("model", "plan") else "right")
     for name, result in results.items():
         for row in sorted(result["rows"], key=lambda r: r["ms"]):
+            recall = row.get("recall@10")
             table.add_row(name, row["plan"], f"{row['ms']:.3f}", f"{row['vs_fp32']:.2f}", f"{row['error']:.4g}",
-                          f"{row['excess']:+.2g}", "yes" if row["within"] else "NO")  # fmt: skip
+                          f"{row['excess']:+.2g}", "yes" if row["within"] else "NO",
+                          "-" if recall is None else f"{recall:.3f}")  # fmt: skip
     return table
 
 

@@ -15,18 +15,18 @@ segments alike).
 The segments' clocks come from the manifest at the probe's speed; they are scaled to the plan's probe at the table's
 speed (their sum is the plan's median: ``segment_shares``). A plan that a second probe timed again keeps only its
 last clocks in the manifest, so the replay is of the first probe's plans (those without "(refined)" in their first
-label). Measured at stop 67 on the 2-core Emerald Rapids VM: ocr-det (``select-predictions/67c``), whose exact plan
+label). Measured on the 2-core Emerald Rapids VM: ocr-det (``select-predictions/67c``), whose exact plan
 (OpenVINO for 72 groups, ORT for the two ConvTransposes) had missed its prediction by 0.78-0.84x in three tallies:
 replayed, its price 10.91 ms for a probe of 9.61 (the run: 11.01), the Q-learning plan of 16 segments 14.79 for
 18.23 (the run: 14.29); after the fit the long OpenVINO segment's groups are priced 9.53 ms for a clock of 8.52 (at
 the table's speed), while three of the Q-learning plan's OpenVINO segments (6, 18 and 22 groups) ran 1.0-1.1 ms over
-their groups and crossings: one price per kind and library cannot serve both (that replay's JSON was not kept).
+their groups and crossings: one price per kind and library cannot serve both.
 
 A fit reproduces the plans it was fitted to: what it is worth is its price for a plan it has not seen, as the plans
 the solvers find on the corrected table are. So each plan of more than one segment is also priced by the fit to the
 run's other plans alone (``left_out_ms``), and with several runs the summary counts the plans priced within 5, 10
-and 15% of their probe, fitted to and left out. Stop 68, the 14 runs of tally 68a (``select --quick`` without a
-budget, ``results/segment_fit/segment_fit.json``): 20 mixed plans, fitted 20/20/20 (median 0.5%), left out
+and 15% of their probe, fitted to and left out. Over 14 runs (``select --quick`` without a budget,
+``results/segment_fit/segment_fit.json``): 20 mixed plans, fitted 20/20/20 (median 0.5%), left out
 16/19/20 (median 3.2%; ocr-det's exact plan +8.0%, priced from the Q-learning plan's short segments alone). A cost for
 leaving a library, charged to the sending segment beside the entry the receiving one pays, changed neither count
 (16/19/20, median 3.4%) and was not kept.

@@ -11,12 +11,12 @@ one warm call each time), so a change of the machine's own state falls on all of
 median over the blocks, and its slowdown under each share beside what a library that hands its work to whichever
 thread is free would lose, ``threads / (threads - share)``.
 
-Measured at stop 65 on the 2-core Emerald Rapids VM (``results/shared_cpu``): with a quarter of one CPU taken, ONNX
+Measured on the 2-core Emerald Rapids VM (``results/shared_cpu``): with a quarter of one CPU taken, ONNX
 Runtime and OpenVINO ran hf:convnext 1.19-1.20x slower and PyTorch 1.72x (hf:deit 1.25-1.30x, 1.42x); with half,
 1.38-1.54x and 1.86x (hf:deit 1.51-1.64x, 2.10x). PyTorch's OpenMP threads split each operator
 into equal static parts, so the thread that shares its CPU finishes last and the others wait for it, where ONNX
 Runtime's and OpenVINO's pools hand the remaining work to the free thread. This is why PyTorch's times on the
-2-core VMs switch between speeds block by block (stops 57-64) while the other libraries' move less, and why plans
+2-core VMs switch between speeds block by block while the other libraries' move less, and why plans
 with PyTorch segments are the ones whose measurement strays from their prediction most.
 
 Writes ``shared_cpu.json``.

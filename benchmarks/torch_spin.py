@@ -11,7 +11,7 @@ spin count alone. The plan is PyTorch wherever it runs and ONNX Runtime elsewher
 candidate of a ``select`` plan directory. Per run: the plan's block medians, ORT native's in the same blocks, their
 ratio block by block (ORT native is the yardstick: the same in every run), and the plan's milliseconds per library.
 
-Measured at stop 59 on a 2-core Intel Xeon VM (Emerald Rapids 6/207/2, AVX512-BF16 and VNNI, no AMX exposed):
+Measured on a 2-core Intel Xeon VM (Emerald Rapids 6/207/2, AVX512-BF16 and VNNI, no AMX exposed):
 ``results/torch_spin/``. Writes ``torch_spin.json``.
 """
 

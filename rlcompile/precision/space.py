@@ -59,7 +59,7 @@ class Recipe:
 #: 0.939 to fp32's, leaving them in float 0.990, and SmoothQuant at alpha 0.8 on top 0.998 (0.5: 0.990, 0.95: 0.997);
 #: percentile ranges clip a CNN's rare activation outliers (the attention mask's huge values defeat its histogram).
 DEFAULT_RECIPE = Recipe()
-RECIPES = (Recipe(residuals=False), Recipe(smoothing=0.8, residuals=False), Recipe(calibration="percentile"))
+RECIPES = (Recipe(smoothing=0.8, residuals=False), Recipe(residuals=False), Recipe(calibration="percentile"))
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def test_screening_times_the_plans_in_turns_whatever_their_brief_time_said(chose
 def test_each_lowered_float_mode_alone_is_screened_whatever_the_int8_plans_brief_times():
     """OpenVINO bf16 with no group in int8 runs other kernels than every int8 plan: it is timed in turns with the fp32
     plans even when more int8 plans than the screening takes measured faster in their one brief block (on PaddleOCR's
-    classifier at stop 71 it was the fastest plan in turns, and six int8 plans' brief times had left it out)."""
+    classifier it was the fastest plan in turns, and six int8 plans' brief times had left it out)."""
     from rlcompile.precision.api import SCREENED, screening_pool
     from rlcompile.precision.searches import SearchResult
 
