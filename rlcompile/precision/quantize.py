@@ -66,6 +66,10 @@ PLACEMENTS = {"ort": ORT_PLACEMENT, "openvino": OPENVINO_PLACEMENT}
 #: options (``percentile``: the range covers 99.999% of the values seen, clipping rare outliers).
 CALIBRATION_METHODS = {"minmax": ("MinMax", {}), "percentile": ("Percentile", {"percentile": 99.999}),
                        "entropy": ("Entropy", {})}  # fmt: skip
+#: Ranges set at run time instead, per call (ONNX Runtime's dynamic quantization: DynamicQuantizeLinear before each
+#: quantized MatMul or Gemm, no calibration), for the operators it quantizes so.
+DYNAMIC = "dynamic"
+DYNAMIC_OPS = ("MatMul", "Gemm")
 #: The operator types whose tensors are calibrated: those of every placement, so one calibration serves all.
 CALIBRATED_OPS = frozenset().union(*(placement.op_types for placement in PLACEMENTS.values()))
 
@@ -250,14 +254,26 @@ class Quantizer:
         self.calibrated = True
 
     def quantize(self, nodes: list[str], placement: Placement, target: Path) -> None:
-        """Writes the model with ``nodes`` in int8, placed by ``placement``, to ``target``."""
-        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+        """Writes the model with ``nodes`` in int8, placed by ``placement``, to ``target`` (with ranges set at run
+        time, :data:`DYNAMIC`, the MatMuls and Gemms among them, whatever the placement)."""
+        from onnxruntime.quantization import (
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_dynamic,
+            quantize_static,
+        )
 
         if self.refusal is not None:
             raise ModelError(self.refusal)
         quiet = logging.getLogger().level
         logging.getLogger().setLevel(logging.ERROR)  # ORT's advice to pre-process goes to the root logger
         try:
+            if self.method == DYNAMIC:
+                quantize_dynamic(str(self.source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+                                 reduce_range=not has_vnni(), nodes_to_quantize=nodes,
+                                 op_types_to_quantize=list(DYNAMIC_OPS))  # fmt: skip
+                return
             if not self.calibrated:
                 self.calibrate()
             quantize_static(str(self.source), str(target), None,

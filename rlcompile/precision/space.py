@@ -47,7 +47,8 @@ class Recipe:
         """What differs from the default recipe, in words ("" for the default)."""
         parts = [f"SmoothQuant {self.smoothing:g}"] if self.smoothing else []
         parts += [] if self.residuals else ["residual Adds in float"]
-        parts += [f"{self.calibration} ranges"] if self.calibration != "minmax" else []
+        parts += [] if self.calibration == "minmax" else ["ranges at run time" if self.calibration == "dynamic"
+                                                          else f"{self.calibration} ranges"]  # fmt: skip
         return ", ".join(parts)
 
     def to_dict(self) -> dict:
@@ -57,9 +58,11 @@ class Recipe:
 #: The recipes the ``recipes`` search tries beyond the default, in order: on all-MiniLM-L6-v2's trained weights
 #: (OpenVINO bf16, every MatMul in int8) quantizing the residual Adds left the sentence embeddings at a mean cosine of
 #: 0.939 to fp32's, leaving them in float 0.990, and SmoothQuant at alpha 0.8 on top 0.998 (0.5: 0.990, 0.95: 0.997);
-#: percentile ranges clip a CNN's rare activation outliers (the attention mask's huge values defeat its histogram).
+#: percentile ranges clip a CNN's rare activation outliers (the attention mask's huge values defeat its histogram);
+#: ranges set at run time (ONNX Runtime's dynamic quantization of the MatMuls) need no calibration at all.
 DEFAULT_RECIPE = Recipe()
-RECIPES = (Recipe(smoothing=0.8, residuals=False), Recipe(residuals=False), Recipe(calibration="percentile"))
+RECIPES = (Recipe(smoothing=0.8, residuals=False), Recipe(residuals=False), Recipe(calibration="percentile"),
+           Recipe(calibration="dynamic"))
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rlcompile.precision.evaluate import Evaluation, Evaluator
+from rlcompile.precision.quantize import DYNAMIC, DYNAMIC_OPS
 from rlcompile.precision.searches.base import SearchResult, all_int8, run_plans
 from rlcompile.precision.smoothing import smoothable
 from rlcompile.precision.space import RECIPES, Mode, PrecisionPlan, Recipe
+
+#: The runtimes whose own kernels run ranges set at run time (ONNX Runtime fuses DynamicQuantizeLinear and
+#: MatMulInteger into DynamicQuantizeMatMul).
+DYNAMIC_RUNTIMES = ("ort",)
 
 
 def recipes(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
@@ -23,7 +28,8 @@ def recipes(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
         return SearchResult("recipes", None, 0, {"skipped": "no group can run in int8"})
     tried = [recipe for recipe in RECIPES if changes(evaluator, recipe)]
     plans = [PrecisionPlan(replace(mode, recipe=recipe), all_int8(evaluator))
-             for mode in fastest_per_runtime(evaluator, modes) for recipe in tried]  # fmt: skip
+             for mode in fastest_per_runtime(evaluator, modes) for recipe in tried
+             if recipe.calibration != DYNAMIC or mode.runtime in DYNAMIC_RUNTIMES]  # fmt: skip
     result = run_plans("recipes", evaluator, plans)
     result.notes["errors"] = {plan.mode.label: evaluator.cache[plan].error for plan in plans if plan in evaluator.cache}
     return result
@@ -31,9 +37,13 @@ def recipes(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
 
 def changes(evaluator: Evaluator, recipe: Recipe) -> bool:
     """Whether ``recipe`` quantizes this model otherwise than the default does."""
-    if recipe.smoothing and not smoothable(evaluator.quantizer.original, [n for u in evaluator.units for n in u.nodes]):
+    anchors = {name for unit in evaluator.units for name in unit.nodes}
+    if recipe.smoothing and not smoothable(evaluator.quantizer.original, anchors):
         return False
     if not recipe.residuals and not any(unit.residuals for unit in evaluator.units):
+        return False
+    if recipe.calibration == DYNAMIC and not any(node.op_type in DYNAMIC_OPS and node.name in anchors
+                                                 for node in evaluator.quantizer.original.graph.node):  # fmt: skip
         return False
     return recipe != Recipe()
 
