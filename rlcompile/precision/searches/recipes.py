@@ -2,9 +2,9 @@
 
 For each runtime with int8 groups, the mode whose all-int8 plan ran fastest (``uniform`` measured it) is measured again
 under every recipe of :data:`~rlcompile.precision.space.RECIPES` that changes its model (SmoothQuant where a MatMul has
-constant weights, residual Adds in float where a group has one). :func:`recipe_modes` then gives the searches after it
-each runtime's modes with the recipe whose all-int8 plan had the least error: with fewer groups to return to float, the
-other searches find faster plans within the tolerance.
+constant weights, residual Adds in float where a group has one, ...). :func:`recipe_modes` then gives the searches after
+it each runtime's modes with the recipe of its fastest all-int8 plan within the tolerance, or, where none is, of the one
+with the least error: with fewer groups to return to float, the other searches find faster plans within it.
 """
 
 from __future__ import annotations
@@ -69,19 +69,24 @@ def measured_ms(evaluation: Evaluation | None) -> float:
 
 
 def recipe_modes(evaluator: Evaluator, modes: list[Mode]) -> list[Mode]:
-    """``modes`` with, per runtime, the recipe whose all-int8 plan measured the least error (the default on ties and
-    where no other was measured)."""
+    """``modes`` with, per runtime, the recipe of its best all-int8 plan (:func:`best_recipe`; the default where no
+    other was measured)."""
     chosen = {}
     for runtime in {mode.runtime for mode in modes}:
         measured = [e for plan, e in evaluator.cache.items() if plan.mode.runtime == runtime
                     and plan.int8 == all_int8(evaluator) and e.failure is None]  # fmt: skip
-        chosen[runtime] = least_error(measured)
+        chosen[runtime] = best_recipe(measured)
     return [replace(mode, recipe=chosen[mode.runtime]) for mode in modes]
 
 
-def least_error(measured: list[Evaluation]) -> Recipe:
-    """The recipe of the evaluation with the least error (the default's when it ties)."""
+def best_recipe(measured: list[Evaluation]) -> Recipe:
+    """The recipe of the fastest all-int8 plan within the tolerance; where none is within it, of the one with the least
+    error (the other searches then return the fewest groups to float); the default's on ties."""
     if not measured:
         return Recipe()
-    best = min(measured, key=lambda e: (e.error, e.plan.mode.recipe != Recipe()))
+    within = [e for e in measured if e.within]
+    if within:
+        best = min(within, key=lambda e: (e.ranking_ms, e.plan.mode.recipe != Recipe()))
+    else:
+        best = min(measured, key=lambda e: (e.error, e.plan.mode.recipe != Recipe()))
     return best.plan.mode.recipe
