@@ -18,7 +18,8 @@ from rlcompile.precision.smoothing import smoothable
 from rlcompile.precision.space import RECIPES, Mode, PrecisionPlan, Recipe
 
 #: The runtimes whose own kernels run ranges set at run time (ONNX Runtime fuses DynamicQuantizeLinear and
-#: MatMulInteger into DynamicQuantizeMatMul).
+#: MatMulInteger into DynamicQuantizeMatMul): on all-MiniLM-L6-v2 (2-core Zen 4) it ran the dynamic model in 8.8 ms,
+#: OpenVINO in 19.4 (19.2 with the bf16 hint), slower than its own fp32 run of the float model (15.5).
 DYNAMIC_RUNTIMES = ("ort",)
 
 
