@@ -4,16 +4,18 @@
                                  [--json out.json]
 
 Runs in a fresh process (``real_world.py`` starts one per output) and times, in alternating blocks of ``--block``
-seconds over ``--rounds`` rounds (each round in a new random order; as many again, pooled, while ORT's twins differ by
-more than 3%, up to three times as many): ``rlcompile.load(PLAN_DIR).run(feeds)``; ONNX
-Runtime on the original model with its default session options, twice (two sessions: their ratio is this
-measurement's noise); OpenVINO on the original model, its inputs reshaped to the feeds' shapes (as OpenVINO's
-documentation recommends for shapes that do not change), with its defaults but fp32 precision, and with its defaults
-alone (bf16 where the CPU has it: reported, not the fp32 reference); and, for a plan of one segment, that segment's
-own session called directly (``session.run`` / ``infer``): what ``load(...).run`` adds over the runtime is the
-difference. The timing loop is this file's own (not ``rlcompile.measure``): the check does not share the code it
-checks. Prints and writes JSON: each contender's median ms, the plan over the faster native, the twins' noise and
-whether the plan is slower than that native beyond them (``slower``).
+seconds over ``--rounds`` rounds (each round in a new random order; as many again while the twins differ by more than
+3%, up to three times as many): ``rlcompile.load(PLAN_DIR).run(feeds)``; ONNX Runtime on the original model with its
+default session options, twice (two sessions: their ratio is this measurement's noise); OpenVINO on the original
+model, its inputs reshaped to the feeds' shapes (as OpenVINO's documentation recommends for shapes that do not
+change), with its defaults but fp32 precision, twice (two compiled models: OpenVINO's own noise, which ORT's twins do
+not show), and with its defaults alone (bf16 where the CPU has it: reported, not the fp32 reference); and, for a plan
+of one segment, that segment's own session called directly (``session.run`` / ``infer``): what ``load(...).run`` adds
+over the runtime is the difference. Each contender's median is ORT native's times the median, over the rounds, of its
+block over ORT native's block in the same round (a slow spell of the VM lasting a round slows both alike). The timing
+loop and that estimate are this file's own (not ``rlcompile.measure``): the check does not share the code it checks.
+Prints and writes JSON: each contender's median ms, the plan over the faster native, the twins' noise (the larger of
+the two runtimes') and whether the plan is slower than that native beyond them (``slower``).
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rlcompile.measure import paired_medians, summarize
-
 ROUNDS = 8
 BLOCK_S = 0.7
 #: The plan counts as slower than the faster native when beyond the twins' spread by more than this (half a per cent:
 #: the resolution of one median of 0.7 s blocks).
 MARGIN = 0.005
-#: Another batch of rounds while ORT's two sessions differ by more than this, up to this many batches: a slow spell of
+#: Each runtime's second session on the original model, the twin of its first
+TWINS = {"ort native (identical session)": "ort native", "openvino native (identical session)": "openvino native"}
+#: Another batch of rounds while the twins differ by more than this, up to this many batches: a slow spell of
 #: the shared VM left them 42-62% apart over 8 rounds of 0.7 s blocks
 NOISE_TARGET = 0.03
 MAX_BATCHES = 3
@@ -64,7 +66,9 @@ def natives(model: bytes, feeds: dict[str, np.ndarray]) -> dict:
     core = ov.Core()
     network = core.read_model(model=model)
     network.reshape({port.any_name: list(feeds[port.any_name].shape) for port in network.inputs})
-    for label, config in (("openvino native", {"INFERENCE_PRECISION_HINT": "f32"}), (OPENVINO_DEFAULTS, {})):
+    fp32 = {"INFERENCE_PRECISION_HINT": "f32"}
+    for label, config in (("openvino native", fp32), ("openvino native (identical session)", fp32),
+                          (OPENVINO_DEFAULTS, {})):  # fmt: skip
         request = core.compile_model(network, "CPU", config).create_infer_request()
         calls[label] = lambda request=request: request.infer(dict(feeds), share_inputs=True)
     return calls
@@ -90,21 +94,25 @@ def plan_calls(plan_dir: Path, feeds: dict[str, np.ndarray]) -> dict:
 
 def alternate(calls: dict, rounds: int, block_s: float, seed: int = 0) -> tuple[dict[str, float], int]:
     """Each call's median ms over ``rounds`` rounds of ``block_s`` blocks, in a new random order every round (one
-    warm-up call before each block), judged round by round against ORT native as the contest judges
-    (:func:`~rlcompile.measure.contest.paired_medians`), then ``rounds`` more at a time while ORT's two sessions
-    differ by more than :data:`NOISE_TARGET` (at most :data:`MAX_BATCHES` batches); the medians and the rounds
+    warm-up call before each block), judged round by round (:func:`paired`), then ``rounds`` more at a time while the
+    twins differ by more than :data:`NOISE_TARGET` (at most :data:`MAX_BATCHES` batches); the medians and the rounds
     taken."""
     rng = np.random.default_rng(seed)
-    samples: dict[str, list[float]] = {label: [] for label in calls}
-    blocks: dict[str, dict[int, float]] = {label: {} for label in calls}
+    blocks: dict[str, list[float]] = {label: [] for label in calls}
     done = 0
     while True:
-        one_batch(calls, samples, blocks, rounds, block_s, rng, done)
+        one_batch(calls, blocks, rounds, block_s, rng)
         done += rounds
-        pooled = {label: summarize(values) for label, values in samples.items()}
-        medians = {label: stats.median_ms for label, stats in paired_medians(pooled, blocks, "ort native").items()}
+        medians = paired(blocks, "ort native")
         if twins(medians) <= NOISE_TARGET or done >= MAX_BATCHES * rounds:
             return medians, done
+
+
+def paired(blocks: dict[str, list[float]], reference: str) -> dict[str, float]:
+    """Each call's median: ``reference``'s median block times the median of its block over ``reference``'s in the
+    same round."""
+    base = np.asarray(blocks[reference])
+    return {label: float(np.median(base) * np.median(np.asarray(values) / base)) for label, values in blocks.items()}
 
 
 def slower(result: dict) -> bool:
@@ -114,16 +122,16 @@ def slower(result: dict) -> bool:
 
 
 def twins(medians: dict[str, float]) -> float:
-    """How far ORT's two identical sessions are apart."""
-    return abs(medians["ort native (identical session)"] / medians["ort native"] - 1)
+    """How far each runtime's two identical sessions are apart: the larger."""
+    return max(abs(medians[twin] / medians[original] - 1) for twin, original in TWINS.items())
 
 
-def one_batch(calls: dict, samples: dict[str, list[float]], blocks: dict[str, dict[int, float]], rounds: int,
-              block_s: float, rng: np.random.Generator, first_round: int = 0) -> None:  # fmt: skip
+def one_batch(calls: dict, blocks: dict[str, list[float]], rounds: int, block_s: float,
+              rng: np.random.Generator) -> None:  # fmt: skip
     """``rounds`` rounds of every call, each a block of ``block_s`` after one warm-up call, in shuffled order; each
-    block's median goes to ``blocks`` under its round's number (counted from ``first_round``)."""
+    block's median is appended to the call's list in ``blocks``."""
     labels = list(calls)
-    for number in range(first_round, first_round + rounds):
+    for _ in range(rounds):
         for index in rng.permutation(len(labels)):
             label, call = labels[index], calls[labels[index]]
             call()
@@ -135,8 +143,7 @@ def one_batch(calls: dict, samples: dict[str, list[float]], blocks: dict[str, di
                 block.append(1e3 * (finished - started))
                 if finished >= end:
                     break
-            samples[label].extend(block)
-            blocks[label][number] = float(np.median(block))
+            blocks[label].append(float(np.median(block)))
 
 
 def outside(spec: str, plan_dir: Path, shapes: list[str], rounds: int = ROUNDS, block_s: float = BLOCK_S) -> dict:
