@@ -479,11 +479,16 @@ def paired_medians(pooled: dict[str, LatencyStats], by_round: dict[str, dict[int
     base, anchor = by_round[reference], pooled[reference].median_ms
     paired = {}
     for label, stats in pooled.items():
-        own = by_round.get(label) or {}
-        ratios = [own[number] / base[number] for number in own if number in base and base[number] > 0]
-        if label == reference or not ratios:
+        ratio = round_ratio(by_round.get(label) or {}, base)
+        if label == reference or ratio is None:
             paired[label] = stats
         else:
-            paired[label] = replace(stats, median_ms=anchor * float(np.median(ratios)),
-                                    pooled_median_ms=stats.median_ms)  # fmt: skip
+            paired[label] = replace(stats, median_ms=anchor * ratio, pooled_median_ms=stats.median_ms)
     return paired
+
+
+def round_ratio(blocks: dict[int, float], reference: dict[int, float]) -> float | None:
+    """The median, over the rounds both were timed in, of a block over ``reference``'s block in the same round
+    (``None`` without such a round): a ratio a spell lasting a round does not move."""
+    ratios = [blocks[number] / reference[number] for number in blocks if reference.get(number, 0) > 0]
+    return float(np.median(ratios)) if ratios else None

@@ -154,7 +154,8 @@ def recipe_quantizers(proto: onnx.ModelProto, units: list[Unit], feeds: list[dic
 
     def make(recipe: Recipe) -> Quantizer:
         source = smooth(proto, feeds, recipe.smoothing, anchors) if recipe.smoothing else proto
-        folder = "int8" if recipe == DEFAULT_RECIPE else f"int8-{recipe.calibration}-smooth{recipe.smoothing:g}"
+        folder = ("int8" if recipe.quantizer_key == DEFAULT_RECIPE.quantizer_key
+                  else f"int8-{recipe.calibration}-smooth{recipe.smoothing:g}")
         return Quantizer(source, feeds, None if work is None else work / folder, quantizable, recipe.calibration)
 
     return make

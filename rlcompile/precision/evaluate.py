@@ -29,7 +29,7 @@ from rlcompile.precision.contract import (
 from rlcompile.precision.quantize import Quantizer, placement_for
 from rlcompile.precision.savings import unit_savings
 from rlcompile.precision.sensitivity import local_deviations
-from rlcompile.precision.space import Mode, PrecisionPlan, Recipe, Unit
+from rlcompile.precision.space import DEFAULT_RECIPE, Mode, PrecisionPlan, Recipe, Unit
 from rlcompile.runtimes import Runner, Runtime, RuntimeOptions
 
 #: Rounds of brief blocks :meth:`Evaluator.screen` times its plans in turns for.
@@ -101,8 +101,8 @@ class Evaluator:
 
     def quantizer_for(self, recipe: Recipe) -> Quantizer:
         """The quantizer of ``recipe``'s float model (smoothed or not) and calibration, made once."""
-        key = (recipe.smoothing, recipe.calibration)
-        if key == (0.0, "minmax"):
+        key = recipe.quantizer_key
+        if key == DEFAULT_RECIPE.quantizer_key:
             return self.quantizer
         if key not in self.quantizers:
             if self.quantizer_factory is None:
@@ -218,8 +218,8 @@ class Evaluator:
             lowered = self.model(PrecisionPlan(mode, frozenset(range(len(self.units)))))
             options = RuntimeOptions(self.threads, exclusive=True, precision=mode.floats)
             found = unit_savings(self.created[mode.runtime], self.quantizer_for(mode.recipe).original, lowered,
-                                 self.grouped.groups,
-                                 self.units, self.samples.feeds(self.samples.validation[0]), options)  # fmt: skip
+                                 self.grouped.groups, self.units, self.samples.feeds(self.samples.validation[0]),
+                                 options)  # fmt: skip
             return f"{mode.runtime} keeps no per-kernel counters" if found is None else found
 
         return self.once(self.savings_found, mode, measure)

@@ -34,12 +34,10 @@ def smoothable(proto: onnx.ModelProto, nodes: Iterable[str]) -> dict[str, list[o
     weights = {tensor.name: tensor for tensor in proto.graph.initializer}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in proto.graph.node:
-        if node.name in names and node.op_type == "MatMul" and len(weights.get(node.input[1], _NONE).dims) == 2:
+        weight = weights.get(node.input[1]) if node.op_type == "MatMul" else None
+        if node.name in names and weight is not None and len(weight.dims) == 2:
             readers.setdefault(node.input[0], []).append(node)
     return readers
-
-
-_NONE = onnx.TensorProto()
 
 
 def channel_maxima(proto: onnx.ModelProto, names: Sequence[str],
@@ -71,8 +69,8 @@ def smooth(proto: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], alpha
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     graph = model.graph
-    weights = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer
-               if any(tensor.name == node.input[1] for matmuls in readers.values() for node in matmuls)}  # fmt: skip
+    read = {node.input[1] for matmuls in readers.values() for node in matmuls}
+    weights = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer if tensor.name in read}
     by_name = {node.name: node for node in graph.node}
     position = {node.name: index for index, node in enumerate(graph.node)}
     added, inserts = [], []

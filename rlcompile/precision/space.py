@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from rlcompile.models.onnx_model import inferred_values, static_shapes
-from rlcompile.precision.quantize import QUANTIZED_OPS
+from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS
 from rlcompile.runtimes import Runtime
 
 
@@ -47,9 +47,15 @@ class Recipe:
         """What differs from the default recipe, in words ("" for the default)."""
         parts = [f"SmoothQuant {self.smoothing:g}"] if self.smoothing else []
         parts += [] if self.residuals else ["residual Adds in float"]
-        parts += [] if self.calibration == "minmax" else ["ranges at run time" if self.calibration == "dynamic"
+        parts += [] if self.calibration == "minmax" else ["ranges at run time" if self.calibration == DYNAMIC
                                                           else f"{self.calibration} ranges"]  # fmt: skip
         return ", ".join(parts)
+
+    @property
+    def quantizer_key(self) -> tuple[float, str]:
+        """What its quantizer is made of (the float model's smoothing, the calibration): recipes differing only in
+        which nodes they quantize share one."""
+        return self.smoothing, self.calibration
 
     def to_dict(self) -> dict:
         return {"smoothing": self.smoothing, "residuals": self.residuals, "calibration": self.calibration}
@@ -62,7 +68,7 @@ class Recipe:
 #: ranges set at run time (ONNX Runtime's dynamic quantization of the MatMuls) need no calibration at all.
 DEFAULT_RECIPE = Recipe()
 RECIPES = (Recipe(smoothing=0.8, residuals=False), Recipe(residuals=False), Recipe(calibration="percentile"),
-           Recipe(calibration="dynamic"))
+           Recipe(calibration=DYNAMIC))
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ class Mode:
 
     runtime: str
     floats: str = "fp32"
-    recipe: Recipe = Recipe()
+    recipe: Recipe = DEFAULT_RECIPE
 
     @property
     def label(self) -> str:
@@ -106,8 +112,8 @@ class PrecisionPlan:
     int8: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
-        if not self.int8 and self.mode.recipe != Recipe():  # nothing quantized: the recipe changes nothing
-            object.__setattr__(self, "mode", replace(self.mode, recipe=Recipe()))
+        if not self.int8 and self.mode.recipe != DEFAULT_RECIPE:  # nothing quantized: the recipe changes nothing
+            object.__setattr__(self, "mode", replace(self.mode, recipe=DEFAULT_RECIPE))
 
     def label(self, units: int) -> str:
         lowered = f", int8 {len(self.int8)}/{units} groups" if self.int8 else ""

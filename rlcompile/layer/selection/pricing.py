@@ -7,8 +7,6 @@ import math
 from collections.abc import Mapping
 from functools import cached_property
 
-import numpy as np
-
 from rlcompile.events import Event, Listener
 from rlcompile.layer.in_context import (
     Drift,
@@ -25,6 +23,7 @@ from rlcompile.layer.table import LookupTable
 from rlcompile.measure import (
     LatencyStats,
     Timer,
+    round_ratio,
 )
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.names import REFERENCE_RUNTIME
@@ -283,13 +282,10 @@ class Judged:
         block in that round) - 1| of the native runs' identical sessions (``None`` without their blocks by round).
         A spell of the machine that lasts a round slows both blocks of a pair alike: beside :attr:`noise`, it tells
         a noisy machine's spells (this stays small) from two sessions that really differ (both large)."""
-        ratios = []
-        for probe, native in PROBES.items():
-            twin, own = self.native_round_ms.get(probe) or {}, self.native_round_ms.get(native) or {}
-            paired = [twin[index] / own[index] for index in twin if index in own and own[index] > 0]
-            if paired:
-                ratios.append(abs(float(np.median(paired)) - 1))
-        return max(ratios) if ratios else None
+        ratios = [round_ratio(self.native_round_ms.get(probe) or {}, self.native_round_ms.get(native) or {})
+                  for probe, native in PROBES.items()]  # fmt: skip
+        spreads = [abs(ratio - 1) for ratio in ratios if ratio is not None]
+        return max(spreads) if spreads else None
 
     @property
     def calibration_noise(self) -> float | None:

@@ -15,7 +15,7 @@ from rlcompile.precision.evaluate import Evaluation, Evaluator
 from rlcompile.precision.quantize import DYNAMIC, DYNAMIC_OPS
 from rlcompile.precision.searches.base import SearchResult, all_int8, run_plans
 from rlcompile.precision.smoothing import smoothable
-from rlcompile.precision.space import RECIPES, Mode, PrecisionPlan, Recipe
+from rlcompile.precision.space import DEFAULT_RECIPE, RECIPES, Mode, PrecisionPlan, Recipe
 
 #: The runtimes whose own kernels run ranges set at run time (ONNX Runtime fuses DynamicQuantizeLinear and
 #: MatMulInteger into DynamicQuantizeMatMul): on all-MiniLM-L6-v2 (2-core Zen 4) it ran the dynamic model in 8.8 ms,
@@ -46,7 +46,7 @@ def changes(evaluator: Evaluator, recipe: Recipe) -> bool:
     if recipe.calibration == DYNAMIC and not any(node.op_type in DYNAMIC_OPS and node.name in anchors
                                                  for node in evaluator.quantizer.original.graph.node):  # fmt: skip
         return False
-    return recipe != Recipe()
+    return recipe != DEFAULT_RECIPE
 
 
 def fastest_per_runtime(evaluator: Evaluator, modes: list[Mode]) -> list[Mode]:
@@ -55,7 +55,7 @@ def fastest_per_runtime(evaluator: Evaluator, modes: list[Mode]) -> list[Mode]:
     recipes."""
     best: dict[str, tuple[float, float, Mode]] = {}
     for mode in modes:
-        plain = replace(mode, recipe=Recipe())
+        plain = replace(mode, recipe=DEFAULT_RECIPE)
         lowered = evaluator.cache.get(PrecisionPlan(plain, all_int8(evaluator)))
         floats = evaluator.cache.get(PrecisionPlan(plain))
         key = (measured_ms(lowered), measured_ms(floats), plain)
@@ -84,10 +84,10 @@ def best_recipe(measured: list[Evaluation]) -> Recipe:
     """The recipe of the fastest all-int8 plan within the tolerance; where none is within it, of the one with the least
     error (the other searches then return the fewest groups to float); the default's on ties."""
     if not measured:
-        return Recipe()
+        return DEFAULT_RECIPE
     within = [e for e in measured if e.within]
     if within:
-        best = min(within, key=lambda e: (e.ranking_ms, e.plan.mode.recipe != Recipe()))
+        best = min(within, key=lambda e: (e.ranking_ms, e.plan.mode.recipe != DEFAULT_RECIPE))
     else:
-        best = min(measured, key=lambda e: (e.error, e.plan.mode.recipe != Recipe()))
+        best = min(measured, key=lambda e: (e.error, e.plan.mode.recipe != DEFAULT_RECIPE))
     return best.plan.mode.recipe
