@@ -198,12 +198,15 @@ class Manifest(Record):
     selection: dict
     optimize: OptimizeRecord | None = None
     accuracy: AccuracyRecord | None = None
+    #: a plan for a shape profile: its variants (model file, runtime, precision, the shapes each serves) and the
+    #: profile with what every bucket measured (:mod:`rlcompile.shapes`); ``segments`` is then empty
+    shapes: dict | None = None
     format: str = FORMAT
     version: int = VERSION
     #: the keys in the order the file has them
     ORDER: ClassVar[tuple[str, ...]] = ("format", "version", "model", "source", "fingerprint", "inputs", "outputs",
                                         "threads", "environment", "segments", "selection", "accuracy",
-                                        "optimize")  # fmt: skip
+                                        "optimize", "shapes")  # fmt: skip
 
     def to_json(self) -> dict:
         values = {item.name: getattr(self, item.name) for item in fields(self)}

@@ -28,6 +28,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -41,6 +42,9 @@ from rlcompile.measure import Timer
 from rlcompile.models.onnx_model import LoadedModel, TensorSpec
 from rlcompile.precision.contract import VALIDATION
 from rlcompile.runtimes import RuntimeOptions
+
+if TYPE_CHECKING:
+    from rlcompile.shapes.saved import ShapedPlan
 
 REFERENCE = "reference.npz"
 SEGMENTS = "segments"
@@ -154,7 +158,7 @@ class LoadedPlan:
                 f"{self.manifest.threads} threads")  # fmt: skip
 
 
-def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
+def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan | ShapedPlan:
     """Read and compile a plan directory written by :func:`save_plan`."""
     path = Path(path)
     try:
@@ -164,6 +168,10 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan:
             outputs = [arrays[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in arrays.files))]
     except (OSError, KeyError, ValueError, json.JSONDecodeError) as error:
         raise RlcompileError(f"{path} is not an rlcompile plan directory: {first_line(error)}") from None
+    if manifest.shapes is not None:
+        from rlcompile.shapes.saved import load_shaped_plan
+
+        return load_shaped_plan(path, manifest, threads)
     check_machine(manifest, path)
     threads = threads or manifest.threads
     compiled = []

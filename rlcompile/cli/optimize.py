@@ -88,6 +88,7 @@ def command_optimize(args: argparse.Namespace) -> int:
     from rlcompile.layer import solvers
     from rlcompile.machine import host_cores
     from rlcompile.models import parse_input_shapes
+    from rlcompile.models.profile import is_profile_text
     from rlcompile.optimize import OptimizeRequest, StageSettings, optimize, parse_duration, parse_levels
     from rlcompile.optimize.budget import DEFAULT_BUDGET_S, QUICK_BUDGET_S
     from rlcompile.report.tables import optimize_table
@@ -126,6 +127,10 @@ def command_optimize(args: argparse.Namespace) -> int:
                              data=str(Path(contract.data).resolve()) if contract.data else None,
                              metric=contract.metric, tolerance=contract.tolerance,
                              timing=timing)  # fmt: skip
+    if is_profile_text(args.input_shape):
+        request = OptimizeRequest(args.model, args.output, {}, budget, tuple(levels), settings, started=args.started,
+                                  profile=tuple(args.input_shape))  # fmt: skip
+        return print_profile_result(optimize(request, log).manifest, args)
     request = OptimizeRequest(args.model, args.output, parse_input_shapes(args.input_shape), budget, tuple(levels),
                               settings, started=args.started)  # fmt: skip
     result = optimize(request, log)
@@ -146,6 +151,27 @@ def command_optimize(args: argparse.Namespace) -> int:
                  highlight=False)  # fmt: skip
     stdout.print(f"deploy it: {export_command(result.manifest, args.output)}", highlight=False)
     write_json(args.json, result.manifest.to_json())
+    return 0
+
+
+def print_profile_result(manifest, args: argparse.Namespace) -> int:
+    """What ``optimize`` says of a shape profile's plan: per bucket against both natives, and the weighted figure."""
+    from rlcompile.export import export_command
+    from rlcompile.report.optimize import markdown_table
+    from rlcompile.report.shapes import bucket_rows
+
+    shapes = manifest.shapes
+    header = ["bucket", "weight", "served by", "ms", "ORT", "OpenVINO", "ratio", "twins"]
+    stdout.print("\n".join(markdown_table(header, bucket_rows(manifest))), highlight=False)
+    weighted = shapes["weighted_ms"]
+    stdout.print(f"{manifest.model}: weighted over the buckets {weighted['plan']:.3f} ms against the faster native's "
+                 f"{weighted['faster_native']:.3f} ms per bucket ({shapes['ratio']:.3f}x); "
+                 f"{len(shapes['variants'])} variant(s)", highlight=False)  # fmt: skip
+    if manifest.accuracy is not None:
+        stdout.print(f"precision: {agreement_line(manifest)}", highlight=False)
+    stdout.print(f"wrote {args.output}/ (report.md; run it with: rlcompile run {args.output})", highlight=False)
+    stdout.print(f"deploy it: {export_command(manifest, args.output)}", highlight=False)
+    write_json(args.json, manifest.to_json())
     return 0
 
 

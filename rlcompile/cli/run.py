@@ -87,9 +87,45 @@ def command_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_shaped(args: argparse.Namespace) -> int:
+    """A plan for a shape profile: checked and timed at every bucket beside both natives, and the weighted figure."""
+    from rlcompile.plan import load_plan
+    from rlcompile.report.optimize import markdown_table
+    from rlcompile.shapes.timing import time_shaped
+
+    plan = load_plan(args.model[0])
+    measured = time_shaped(plan, measure_config(args), note)
+    rows = [[b.label, f"{b.weight:.3f}", b.variant, f"{b.plan_ms:.3f}", f"{b.natives.get('ort', float('nan')):.3f}",
+             f"{b.natives.get('openvino', float('nan')):.3f}", f"{b.ratio:.3f}x" if b.ratio else "-",
+             f"{100 * b.noise:.1f}%", "agrees" if b.agreement.within() else "DISAGREES"]
+            for b in measured.buckets]  # fmt: skip
+    header = ["bucket", "weight", "served by", "ms", "ORT native", "OpenVINO native", "ratio", "twins", "outputs"]
+    stdout.print("\n".join(markdown_table(header, rows)), highlight=False)
+    weighted = measured.weighted
+    line = f"{args.model[0]} ({plan.describe()}): weighted {weighted['plan']:.3f} ms"
+    if "faster_native" in weighted:
+        line += (f" against the faster native's {weighted['faster_native']:.3f} ms per bucket "
+                 f"({weighted['plan'] / weighted['faster_native']:.3f}x)")  # fmt: skip
+    slower = [b.label for b in measured.buckets if b.slower]
+    if slower:
+        line += f"; SLOWER than the faster native beyond the twins' spread and 1% at {', '.join(slower)}"
+    stdout.print(line, highlight=False)
+    if measured.accuracy is not None:
+        check = measured.accuracy
+        stdout.print(f"{check.metric} on its {check.samples} held-out samples {check.error:.4g} ({check.excess:+.2g} "
+                     f"over fp32, tolerance {check.tolerance:g}: {'within' if check.within else 'OVER'})",
+                     highlight=False)  # fmt: skip
+    write_json(args.json, measured.to_dict())
+    return 0 if measured.ok else 1
+
+
 def run_saved(args: argparse.Namespace) -> int:
     """Check saved results on their reference inputs and time them in turns, with ORT native beside them."""
     from rlcompile.saved import time_saved
+    from rlcompile.shapes.timing import shaped_paths
+
+    if shaped_paths(args.model):
+        return run_shaped(args)
 
     measured = time_saved(args.model, measure_config(args), note)
     timings, native = measured.saved, measured.native

@@ -120,6 +120,9 @@ def parse_input_shape(text: str) -> tuple[str, Shape]:
     pieces = [piece.strip() for piece in re.split(r"[,x]", dims)]
     shape = tuple(int(p) for p in pieces) if all(p.isdigit() for p in pieces) else ()
     if not name or not shape or any(d <= 0 for d in shape):
+        if re.search(r"\d\s*(-|\.\.|\|)\s*\d", dims):
+            raise ModelError(f"--input-shape {text!r}: ranges and sets are taken by optimize (a shape profile); this "
+                             "command works at one shape: give NAME=D1,D2,... with positive integers")  # fmt: skip
         raise ModelError(f"bad --input-shape {text!r}: expected NAME=D1,D2,... with positive integers")
     return name, shape
 

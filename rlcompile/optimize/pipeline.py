@@ -65,6 +65,9 @@ class OptimizeRequest:
     settings: StageSettings = field(default_factory=StageSettings)
     #: when the user's command began (``time.monotonic()``): the budget counts from it (default: from the call)
     started: float | None = None
+    #: ``--input-shape`` values with ranges or sets: the model is optimised for that shape profile
+    #: (:mod:`rlcompile.shapes`) instead of at one static shape
+    profile: tuple[str, ...] = ()
 
     @property
     def budget(self) -> Budget:
@@ -87,6 +90,8 @@ class OptimizeResult:
 def optimize(request: OptimizeRequest, progress: Listener = ignore) -> OptimizeResult:
     """Run the chosen levels in order on the model and write the fastest verified plan to ``request.output``."""
     started = time.monotonic() if request.started is None else request.started
+    if request.profile:
+        return optimize_profile(request, started, progress)
     model = load_model(request.model, request.input_shapes)
     output = Path(request.output)
     progress(Event("optimize", f"optimizing {model.name}: levels {', '.join(request.levels)}, budget "
@@ -102,6 +107,38 @@ def optimize(request: OptimizeRequest, progress: Listener = ignore) -> OptimizeR
         return OptimizeResult(output, done)
     with exclusive(output, "output directory"):
         return run_stages(request, model, key, started, progress)
+
+
+def optimize_profile(request: OptimizeRequest, started: float, progress: Listener) -> OptimizeResult:
+    """:func:`optimize` for a shape profile (:mod:`rlcompile.shapes`): the levels that need one static shape do not
+    run; the runtimes and precisions are judged at every bucket."""
+    import hashlib
+
+    from rlcompile.shapes.api import ShapesRequest, finished, load_dynamic
+    from rlcompile.shapes.api import optimize_profile as run_profile
+
+    output = Path(request.output)
+    if output.exists() and not output.is_dir():
+        raise RlcompileError(f"-o {output} exists and is not a directory")
+    proto, name = load_dynamic(request.model)
+    key = {"fingerprint": hashlib.sha256(proto.SerializeToString()).hexdigest()[:16], "profile": list(request.profile),
+           "budget_s": request.budget_s, **request.settings.describe()}  # fmt: skip
+    progress(Event("optimize", f"optimizing {name} for the shapes {'; '.join(request.profile)}: budget "
+                               f"{request.budget_s:.0f} s, {request.settings.threads} threads, output {output}/"))
+    done = finished(output, key)
+    if done is not None:
+        progress(Reuse("optimize", f"{output} already holds this optimisation: reusing it", "output"))
+        return OptimizeResult(output, done)
+    settings = request.settings
+    libraries = tuple(settings.libraries.split(",")) if settings.libraries else ("ort", "openvino")
+    shapes = ShapesRequest(request.model, output, request.profile, request.budget_s - (time.monotonic() - started),
+                           settings.contract, settings.timing, settings.threads, settings.seed, libraries)  # fmt: skip
+    with exclusive(output, "output directory"):
+        manifest = run_profile(shapes, key, progress)
+        from rlcompile.report.shapes import write_shapes_report
+
+        write_shapes_report(output, manifest)
+    return OptimizeResult(output, manifest)
 
 
 def run_stages(request: OptimizeRequest, model: LoadedModel, key: dict, started: float,

@@ -1,0 +1,225 @@
+"""Every candidate judged at every bucket of a shape profile: its error there, then its time beside the natives.
+
+At each bucket one alternating contest times the dynamic candidates that kept the accuracy contract there, ONNX
+Runtime and OpenVINO run natively on the user's model (they are candidates too) and an identical twin of each
+native, whose spread is the bucket's noise. A second, short contest at each bucket then times the fastest
+dynamic candidate there reshaped to the bucket's shape (a static variant) beside it and the natives: the
+static variant is kept for that shape only where it wins beyond the noise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import onnx
+
+from rlcompile.errors import RlcompileError, first_line
+from rlcompile.events import Event, Listener, Step
+from rlcompile.measure import DECISION_ROUNDS, Contender, MeasureConfig, run_contest
+from rlcompile.measure.contest import fit_within
+from rlcompile.models.profile import Bucket
+from rlcompile.precision.contract import Metric, sample_error, within_tolerance
+from rlcompile.runtimes import Runner
+from rlcompile.shapes.samples import ProfileSamples
+from rlcompile.shapes.variants import Variant, compile_variant, reshaped
+
+NATIVES = (Variant("ort"), Variant("openvino"))
+TWIN = " (identical session)"
+#: The shortest timing block a bucket's contest is fitted down to: a profile holds about ten buckets, each a
+#: contest, and 50 ms blocks still hold hundreds of calls of a model that takes a tenth of a millisecond.
+FLOOR_TIME_S = 0.05
+
+
+@dataclass
+class BucketResult:
+    """What one bucket measured: each variant's median ms (by label), the twins' spread, each lowered variant's
+    error and whether it kept the contract there."""
+
+    bucket: Bucket
+    ms: dict[str, float] = field(default_factory=dict)
+    noise: float = 0.0
+    errors: dict[str, float] = field(default_factory=dict)
+    fp32_error: float = 0.0
+    accurate: dict[str, bool] = field(default_factory=dict)
+    rounds: int = 0
+    #: the static variant timed at this bucket (its ms among :attr:`ms`), if any ran
+    static: Variant | None = None
+
+    @property
+    def natives(self) -> dict[str, float]:
+        return {v.library: self.ms[v.label] for v in NATIVES if v.label in self.ms}
+
+    @property
+    def faster_native_ms(self) -> float:
+        return min(self.natives.values())
+
+    def to_json(self) -> dict:
+        return {"bucket": self.bucket.to_json(), "ms": self.ms, "noise": self.noise, "errors": self.errors,
+                "fp32_error": self.fp32_error, "accurate": self.accurate, "rounds": self.rounds,
+                "static": self.static.to_json() if self.static else None}  # fmt: skip
+
+
+@dataclass
+class Judge:
+    """What judging needs: the candidates' models, the samples, the metric and tolerance, timing and threads."""
+
+    model_of: Callable[[Variant], onnx.ModelProto | None]
+    samples: ProfileSamples
+    metric: Metric
+    tolerance: float
+    timing: MeasureConfig
+    threads: int
+    progress: Listener
+    reference: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
+    runners: dict[Variant, Runner] = field(default_factory=dict)
+    twins: dict[Variant, Runner] = field(default_factory=dict)
+
+    def fitted(self, contenders: int, seconds: float) -> MeasureConfig:
+        """The timing of a contest of ``contenders`` fitted into ``seconds`` (blocks down to :data:`FLOOR_TIME_S`)."""
+        floor = replace(self.timing, floor_time_s=min(self.timing.floor_time_s, FLOOR_TIME_S))
+        return fit_within(floor, contenders, seconds)
+
+    def runner(self, variant: Variant, bucket: Bucket | None = None, copies: int = 1) -> list[Runner] | None:
+        """``copies`` compiles of ``variant`` (reshaped to ``bucket`` when static); ``None`` where it cannot run."""
+        if copies == 1 and variant in self.runners:
+            return [self.runners[variant]]
+        proto = self.model_of(variant.dynamic())
+        if proto is None:
+            return None
+        if variant.static is not None and bucket is not None:
+            proto = reshaped(proto, bucket.shapes)
+        try:
+            found = compile_variant(variant, proto, self.threads, copies)
+        except RlcompileError as error:
+            self.progress(Event("shapes", f"{variant.label} left out: {first_line(error)}"))
+            return None
+        if copies == 1 and variant.static is None:
+            self.runners[variant] = found[0]
+        return found
+
+    def errors(self, variant: Variant, bucket: Bucket, checks: Sequence[dict[str, np.ndarray]],
+               references: Sequence[list[np.ndarray]]) -> float | None:  # fmt: skip
+        """The variant's mean error at ``bucket`` on ``checks`` (``None`` where it fails to run them)."""
+        found = self.runner(variant, bucket)
+        if found is None:
+            return None
+        try:
+            outputs = [found[0].run(feeds) for feeds in checks]
+        except Exception as error:  # a runtime that refuses a shape at run time: the candidate is left out
+            self.progress(Event("shapes", f"{variant.label} left out at {bucket.label}: {first_line(error)}"))
+            return None
+        return float(np.mean([sample_error(self.metric, feeds, expected, actual)
+                              for feeds, expected, actual in zip(checks, references, outputs, strict=True)]))
+
+    def judge(self, bucket: Bucket, candidates: Sequence[Variant], seconds: float) -> BucketResult:
+        """Errors, then one contest of the accurate candidates (natives and their twins among them) at ``bucket``."""
+        result = BucketResult(bucket)
+        checks = self.samples.checks(bucket)
+        references = [self.reference(feeds) for feeds in checks]
+        result.fp32_error = float(np.mean([sample_error(self.metric, feeds, expected, expected)
+                                           for feeds, expected in zip(checks, references, strict=True)]))
+        timed = []
+        for variant in candidates:
+            if variant.lowered:
+                error = self.errors(variant, bucket, checks, references)
+                if error is None:
+                    continue
+                result.errors[variant.label] = error
+                result.accurate[variant.label] = within_tolerance(error - result.fp32_error, self.tolerance)
+                if not result.accurate[variant.label]:
+                    continue
+            if variant.native or self.runner(variant) is not None:
+                timed.append(variant)
+        feeds = checks[0]
+        contenders = self.contenders(timed, bucket, feeds)
+        standings = run_contest(contenders, self.fitted(len(contenders), seconds), DECISION_ROUNDS)
+        result.ms = {c.label: standings.median(c.label) for c in contenders if not c.label.endswith(TWIN)}
+        result.noise, result.rounds = standings.noise or 0.0, standings.rounds
+        return result
+
+    def contenders(self, variants: Sequence[Variant], bucket: Bucket, feeds: Mapping[str, np.ndarray],
+                   statics: Sequence[Variant] = ()) -> list[Contender]:  # fmt: skip
+        """The variants (dynamic ones compiled once, ``statics`` for this bucket) as contenders, each native with
+        a twin compiled apart."""
+        contenders = []
+        for variant in [*variants, *statics]:
+            found = self.runner(variant, bucket)
+            if found is None:
+                continue
+            contenders.append(Contender.from_timer(variant.label, found[0].timed(feeds)))
+            if variant.native and variant not in self.twins:
+                twin = self.runner(variant, bucket, copies=2)
+                if twin is not None:
+                    self.twins[variant] = twin[1]
+            if variant.native and variant in self.twins:
+                contenders.append(Contender.from_timer(variant.label + TWIN, self.twins[variant].timed(feeds),
+                                                       twin_of=variant.label))  # fmt: skip
+        return contenders
+
+    def judge_static(self, result: BucketResult, best: Variant, seconds: float) -> None:
+        """Time ``best`` reshaped to the bucket beside ``best`` and the natives; adds the static variant's ms."""
+        static = best.at(result.bucket.label)
+        feeds = self.samples.feeds(result.bucket)
+        if static.lowered:
+            checks = self.samples.checks(result.bucket)
+            error = self.errors(static, result.bucket, checks, [self.reference(f) for f in checks])
+            if error is None or not within_tolerance(error - result.fp32_error, self.tolerance):
+                return
+            result.errors[static.label] = error
+            result.accurate[static.label] = True
+        faster = min((v for v in NATIVES if v.label in result.ms), key=lambda v: result.ms[v.label])
+        contenders = self.contenders(list(dict.fromkeys([best, faster])), result.bucket, feeds, [static])
+        if not any(c.label == static.label for c in contenders):
+            return
+        standings = run_contest(contenders, self.fitted(len(contenders), seconds), DECISION_ROUNDS)
+        scale = result.ms[best.label] / standings.median(best.label)  # the first contest's scale for this bucket
+        result.ms[static.label] = standings.median(static.label) * scale
+        result.static = static
+        result.noise = max(result.noise, standings.noise or 0.0)
+
+
+def judge_profile(judge: Judge, buckets: Sequence[Bucket], candidates: Sequence[Variant],
+                  seconds: float) -> list[BucketResult]:  # fmt: skip
+    """Every bucket judged within about ``seconds``: two thirds for the dynamic contests, a third for the static
+    ones, each contest given its share of what is left, shrunk by how far the contests so far overran theirs (a
+    contest's turns also wait out the runtimes' idle threads, which its fitted blocks do not count)."""
+    pace = Pace(time.monotonic() + seconds, len(buckets) * 3)
+    results = []
+    for index, bucket in enumerate(buckets):
+        judge.progress(Step("shapes", f"bucket {bucket.label}: {len(candidates)} candidates", index, len(buckets),
+                            "buckets"))  # fmt: skip
+        results.append(pace.run(lambda share, bucket=bucket: judge.judge(bucket, candidates, share), 2))
+    for index, result in enumerate(results):
+        best = fastest_dynamic(result, candidates)
+        judge.progress(Step("shapes", f"bucket {result.bucket.label}: {best.label} reshaped to it", index,
+                            len(results), "static"))  # fmt: skip
+        pace.run(lambda share, result=result, best=best: judge.judge_static(result, best, share), 1)
+    return results
+
+
+@dataclass
+class Pace:
+    """Shares of the time to a deadline, in units (a dynamic contest two, a static one one), corrected by the
+    contests' overrun so far."""
+
+    deadline: float
+    units: int
+    overrun: float = 1.0
+
+    def run(self, contest: Callable[[float], object], units: int):
+        share = max(self.deadline - time.monotonic(), 0.0) * units / max(self.units, 1)
+        started = time.monotonic()
+        result = contest(share / self.overrun)
+        if share > 0:
+            self.overrun = max(1.0, (time.monotonic() - started) / (share / self.overrun)) * 0.5 + self.overrun * 0.5
+        self.units -= units
+        return result
+
+
+def fastest_dynamic(result: BucketResult, candidates: Sequence[Variant]) -> Variant:
+    """The fastest dynamic variant timed at the bucket (the natives are among them)."""
+    timed = [variant for variant in dict.fromkeys([*NATIVES, *candidates]) if variant.label in result.ms]
+    return min(timed, key=lambda variant: result.ms[variant.label])
