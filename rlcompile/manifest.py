@@ -226,7 +226,10 @@ class Manifest(Record):
 
     @property
     def runtimes(self) -> list[str]:
-        """The runtimes the plan's segments run on, in the order they first appear."""
+        """The runtimes the plan's segments (a shape profile's plan: its variants) run on, in the order they first
+        appear."""
+        if self.shapes is not None:
+            return list(dict.fromkeys(entry["variant"]["library"] for entry in self.shapes["variants"]))
         return list(dict.fromkeys(segment["library"] for segment in self.segments))
 
     def save(self, directory: Path) -> Manifest:

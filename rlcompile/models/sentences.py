@@ -12,7 +12,8 @@
   (``--metric rlcompile.models.sentences:embedding_error``); :func:`recall_at` measures retrieval agreement (each
   query's nearest neighbours among all sentences, against fp32's) for the benchmark.
 
-``python -m rlcompile.models.tasks minilm DIR --count 256`` writes ``DIR/minilm.onnx`` and ``DIR/minilm.npz``.
+``python -m rlcompile.models.tasks minilm DIR --count 256`` writes ``DIR/minilm.onnx`` and ``DIR/minilm.npz``;
+``minilm-lengths`` writes the model and ``DIR/minilm-lengths/``, each sentence at its own length (16-256 tokens).
 """
 
 from __future__ import annotations
@@ -70,6 +71,36 @@ def tokenized(texts: Sequence[str], sequence: int = SEQUENCE) -> dict[str, np.nd
     ids = np.array([e.ids for e in encoded], dtype=np.int64)
     return {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in encoded], dtype=np.int64),
             "token_type_ids": np.zeros_like(ids)}  # fmt: skip
+
+
+def tokenized_each(texts: Sequence[str], shortest: int = 16, longest: int = 256) -> list[dict[str, np.ndarray]]:
+    """Each text's inputs at its own length (batch 1), padded up to ``shortest`` and cut at ``longest`` tokens: what
+    a server receives, sentence by sentence."""
+    import tokenizers
+
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(longest)
+    samples = []
+    for encoded in tokenizer.encode_batch(list(texts)):
+        ids = np.array(encoded.ids, np.int64)
+        mask = np.array(encoded.attention_mask, np.int64)
+        pad = max(shortest - len(ids), 0)
+        ids, mask = np.pad(ids, (0, pad))[None], np.pad(mask, (0, pad))[None]
+        samples.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    return samples
+
+
+def minilm_lengths(directory: Path, count: int, seed: int = 0) -> Path:
+    """Write ``DIR/minilm.onnx`` and ``DIR/minilm-lengths/`` (one ``.npz`` per sentence at its own length, the
+    ``--data`` of a shape profile); returns the folder."""
+    folder = directory / "minilm-lengths"
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = sentences(count, seed)
+    export(directory / "minilm.onnx")
+    for index, sample in enumerate(tokenized_each(texts)):
+        np.savez(folder / f"{index:05d}.npz", **sample)
+    return folder
 
 
 def export(path: Path) -> None:

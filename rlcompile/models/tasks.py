@@ -234,7 +234,7 @@ TRAINED = {"lenet-digits": lenet_digits, "minilm": sentences.minilm}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="write a task's samples as one .npz (leading sample axis)")
-    parser.add_argument("task", choices=[*WRITERS, *TRAINED])
+    parser.add_argument("task", choices=[*WRITERS, *TRAINED, "minilm-lengths"])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     args.directory.mkdir(parents=True, exist_ok=True)
     target = args.directory / f"{args.task}.npz"
     try:
+        if args.task == "minilm-lengths":
+            folder = sentences.minilm_lengths(args.directory, args.count, args.seed)
+            print(f"wrote {args.directory / 'minilm.onnx'} and {folder}/ ({args.count} samples)")
+            return 0
         if args.task in TRAINED:
             samples = TRAINED[args.task](args.directory, args.count, args.seed)
             print(f"wrote {args.directory / args.task}.onnx")

@@ -6,7 +6,8 @@ bucket, within the noise (at least :data:`TIE_BAND`) of the fastest dynamic vari
 with the least weighted latency, the simplest (a native) on ties. Otherwise each bucket's region is served by
 the fastest dynamic variant at that bucket. A static variant serves its bucket's exact shape where it beat that
 region's dynamic variant by more than the noise and at least :data:`STATIC_GAIN`. So the plan is never slower
-beyond the noise than the faster native at any bucket: both natives are among the dynamic candidates.
+beyond the noise than the faster native at any bucket: both natives are among the dynamic candidates (unless
+``--runtimes`` leaves one's runtime out).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlcompile.models.profile import Bucket
-from rlcompile.shapes.judge import NATIVES, BucketResult
+from rlcompile.shapes.judge import BucketResult
 from rlcompile.shapes.variants import Variant
 
 #: Dynamic variants within 2% of the fastest at a bucket tie there (as plans tie in the layer stage's contest).
@@ -54,7 +55,7 @@ def accurate(result: BucketResult, variant: Variant) -> bool:
 
 def choose(results: Sequence[BucketResult], candidates: Sequence[Variant]) -> Choice:
     """The variants that serve the profile (see the module's docstring)."""
-    pool = list(dict.fromkeys([*NATIVES, *candidates]))
+    pool = list(candidates)
     fastest = {r.bucket.label: min((v for v in pool if accurate(r, v)), key=lambda v: r.ms[v.label]) for r in results}
     everywhere = [variant for variant in pool
                   if all(accurate(r, variant) and r.ms[variant.label] <= r.ms[fastest[r.bucket.label].label]

@@ -1,10 +1,11 @@
 """Every candidate judged at every bucket of a shape profile: its error there, then its time beside the natives.
 
 At each bucket one alternating contest times the dynamic candidates that kept the accuracy contract there, ONNX
-Runtime and OpenVINO run natively on the user's model (they are candidates too) and an identical twin of each
-native, whose spread is the bucket's noise. A second, short contest at each bucket then times the fastest
-dynamic candidate there reshaped to the bucket's shape (a static variant) beside it and the natives: the
-static variant is kept for that shape only where it wins beyond the noise.
+Runtime and OpenVINO run natively on the user's model (the references, and candidates too unless ``--runtimes``
+leaves their runtime out) and an identical twin of each native, whose spread is the bucket's noise. A second,
+short contest at each bucket then times the fastest dynamic candidate there reshaped to the bucket's shape (a
+static variant) beside it and the faster native: the static variant is kept for that shape only where it wins
+beyond the noise (:mod:`.choose`).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class Judge:
                     continue
             if variant.native or self.runner(variant) is not None:
                 timed.append(variant)
+        timed += [native for native in NATIVES if native not in timed]  # the references, candidates or not
         feeds = checks[0]
         contenders = self.contenders(timed, bucket, feeds)
         standings = run_contest(contenders, self.fitted(len(contenders), seconds), DECISION_ROUNDS)
@@ -220,6 +222,6 @@ class Pace:
 
 
 def fastest_dynamic(result: BucketResult, candidates: Sequence[Variant]) -> Variant:
-    """The fastest dynamic variant timed at the bucket (the natives are among them)."""
-    timed = [variant for variant in dict.fromkeys([*NATIVES, *candidates]) if variant.label in result.ms]
+    """The fastest of the dynamic candidates timed at the bucket."""
+    timed = [variant for variant in candidates if variant.label in result.ms]
     return min(timed, key=lambda variant: result.ms[variant.label])

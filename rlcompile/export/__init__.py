@@ -8,8 +8,10 @@
 * ``plan``: the plan directory itself (without ``optimize``'s ``work/`` folder), for plans that mix
   runtimes; it runs with ``rlcompile.load``.
 
-A plan that one runtime cannot run alone is refused for that runtime in one line naming the runtimes it
-needs. Every export is checked after it is written: a fresh Python process that cannot import rlcompile,
+A plan for a shape profile exports as one model when one dynamic variant serves every shape, else as one file per
+variant with ``shapes.json``, the table of the shapes each serves, and README lines that pick the file by shape
+(:mod:`.shapes`). A plan that one runtime cannot run alone is refused for that runtime in one line naming the
+runtimes it needs. Every export is checked after it is written: a fresh Python process that cannot import rlcompile,
 torch or TVM runs the README's lines on the plan's reference inputs; its outputs are compared with the
 plan's reference outputs and its latency is timed in turns with the plan's, in this process.
 """
@@ -85,6 +87,10 @@ def export_plan(plan_dir: str | Path, target: str, output: str | Path, timing: M
     plan_dir, output = Path(plan_dir), Path(output)
     check_choice("export target", target, EXPORT_TARGETS)
     manifest = read_manifest(plan_dir)
+    if manifest.shapes is not None:
+        from rlcompile.export.shapes import export_shaped
+
+        return export_shaped(plan_dir, manifest, target, output, timing, progress)
     check_runs_alone(manifest, target)
     if output.resolve() == plan_dir.resolve():
         raise RlcompileError(f"-o {output} is the plan directory itself; write the export somewhere else")
@@ -125,7 +131,8 @@ def suggested_target(manifest: Manifest) -> str:
     """Where a plan deploys best: the runtime that runs it alone, or the plan directory itself."""
     used = manifest.runtimes
     by_runtime = {runtime: name for name, runtime in TARGET_RUNTIME.items()}
-    return by_runtime[used[0]] if len(manifest.segments) == 1 and used[0] in by_runtime else "plan"
+    alone = len(used) == 1 if manifest.shapes is not None else len(manifest.segments) == 1
+    return by_runtime[used[0]] if alone and used[0] in by_runtime else "plan"
 
 
 def export_command(manifest: Manifest, plan_dir: str | Path) -> str:
@@ -243,12 +250,18 @@ class Refuse(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Refuse())
 import numpy as np
 with np.load({inputs_file!r}) as stored:
-    feeds = {{name: stored[name] for name in stored.files}}
+    cases = {{}}
+    for key in stored.files:
+        case, name = key.split(":", 1)
+        cases.setdefault(int(case), {{}})[name] = stored[key]
+cases = [cases[index] for index in sorted(cases)]
+feeds = cases[0]
 started = time.perf_counter()
 exec(open("snippet.py").read())
 imported = time.perf_counter()
 outputs = run(feeds)
 ran = time.perf_counter()
+every = [outputs] + [run(case) for case in cases[1:]]
 samples, began = [], time.perf_counter()
 for _ in range({warmup}):
     run(feeds)
@@ -258,23 +271,26 @@ while len(samples) < {repeats} or time.perf_counter() - began < {min_time}:
     samples.append((time.perf_counter() - before) * 1e3)
     if time.perf_counter() - began > {max_time}:
         break
-np.savez({outputs_file!r}, **{{str(i): np.asarray(o) for i, o in enumerate(outputs)}})
+np.savez({outputs_file!r}, **{{f"{{k}}:{{i}}": np.asarray(o) for k, outs in enumerate(every)
+                              for i, o in enumerate(outs)}})
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
 print(json.dumps({{"median_ms": float(np.median(samples)), "import_s": imported - started,
                   "first_run_s": ran - imported, "loaded": loaded}}))
 '''
 
 
-def run_fresh(output: Path, target: str, feeds: dict[str, np.ndarray], timing: MeasureConfig,
-              ) -> tuple[dict, list[np.ndarray]]:  # fmt: skip
-    """The export run by its runtime alone in a fresh process; (timings, outputs)."""
+def run_fresh(output: Path, target: str, cases: list[dict[str, np.ndarray]], timing: MeasureConfig,
+              code: str | None = None) -> tuple[dict, list[list[np.ndarray]]]:  # fmt: skip
+    """The export run by its runtime alone in a fresh process (``code``: the README's lines, by default the target's
+    :func:`snippet`) on every one of ``cases``, the first timed; (timings, each case's outputs)."""
     with tempfile.TemporaryDirectory(prefix="rlcompile-export-check-") as scratch:
         outputs_file, inputs_file = str(Path(scratch) / "outputs.npz"), str(Path(scratch) / "inputs.npz")
-        np.savez(inputs_file, **feeds)
+        np.savez(inputs_file, **{f"{k}:{name}": value for k, feeds in enumerate(cases)
+                                 for name, value in feeds.items()})  # fmt: skip
         (Path(scratch) / "harness.py").write_text(HARNESS.format(
             forbidden=set(FORBIDDEN_MODULES), outputs_file=outputs_file, inputs_file=inputs_file, warmup=timing.warmup,
             repeats=timing.min_repeats, min_time=timing.min_time_s, max_time=timing.max_time_s))  # fmt: skip
-        (output / "snippet.py").write_text(snippet(target))
+        (output / "snippet.py").write_text(code or snippet(target))
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         try:
             done = subprocess.run([sys.executable, "-I", str(Path(scratch) / "harness.py")], cwd=output,
@@ -286,8 +302,9 @@ def run_fresh(output: Path, target: str, feeds: dict[str, np.ndarray], timing: M
             raise RlcompileError(f"the export in {output} does not run with {target} alone: "
                                  f"{lines[-1] if lines else 'exit ' + str(done.returncode)}")  # fmt: skip
         with np.load(outputs_file) as stored:
-            outputs = [stored[str(index)] for index in range(len(stored.files))]
-    return json.loads(done.stdout.strip().splitlines()[-1]), outputs
+            every = [[stored[f"{k}:{i}"] for i in range(sum(key.startswith(f"{k}:") for key in stored.files))]
+                     for k in range(len(cases))]  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1]), every
 
 
 def check_export(target: str, output: Path, plan, timing: MeasureConfig) -> ExportCheck:
@@ -303,7 +320,8 @@ def check_export(target: str, output: Path, plan, timing: MeasureConfig) -> Expo
             result, outputs = {"median_ms": measure_latency(copy.timer(feeds), timing).median_ms, "import_s": 0.0,
                                "first_run_s": 0.0}, copy.run(feeds)  # fmt: skip
         else:
-            result, outputs = run_fresh(output, target, feeds, timing)
+            result, every = run_fresh(output, target, [feeds], timing)
+            outputs = every[0]
         export_ms.append(result["median_ms"])
         first = first or (result, outputs)
     result, outputs = first
