@@ -23,6 +23,11 @@ def save(graph: onnx.GraphProto, path: Path, opset: int = OPSET, domains: dict[s
 @pytest.fixture
 def dynamic_conv_model(tmp_path: Path) -> Path:
     """Conv -> Relu -> Shape-driven Reshape, with a dynamic batch and spatial size (like real exports)."""
+    return write_dynamic_conv_model(tmp_path / "dynamic_conv.onnx")
+
+
+def write_dynamic_conv_model(path: Path) -> Path:
+    """The model of :func:`dynamic_conv_model`, written to ``path``."""
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "weight")
     nodes = [
@@ -46,7 +51,7 @@ def dynamic_conv_model(tmp_path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None])],
         initializer=[weight, *constants],
     )
-    return save(graph, tmp_path / "dynamic_conv.onnx")
+    return save(graph, path)
 
 
 @pytest.fixture

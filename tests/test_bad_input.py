@@ -87,7 +87,20 @@ OPTION_CASES = [
     ("optimize", ["--precision", "auto", "--metric", "no_such_module:error"], "--metric"),
     ("select", ["--metric", "top1"], "--precision"),
     ("export", ["--to", "tensorrt"], "invalid choice"),
+    ("select", ["--input-shape", "input=1-8,1,32,32"], "ranges and sets are taken by optimize"),
+    ("run", ["--input-shape", "input=1|2,1,32,32"], "ranges and sets are taken by optimize"),
+    ("optimize", ["--input-shape", "input=1-8,1,32,32"], "needs an ONNX file with dynamic dims"),
 ]
+
+#: Bad shape profiles for ``optimize`` on the dynamic model: (``--input-shape`` value, what the line must say).
+PROFILE_CASES = {
+    "a range upside down": ("x=8-1,3,16,16", "LOW <= HIGH"),
+    "a zero size": ("x=0-4,3,16,16", "all positive"),
+    "a word": ("x=1-4,3,big,16", "each dim is N, LOW-HIGH"),
+    "a range over a fixed dim": ("x=1-4,1-3,16,16", "the model fixes it to 3"),
+    "a wrong rank": ("x=1-4,3,16", "has 3 dims"),
+    "an unknown input": ("image=1-4,3,16,16", "has inputs: x["),
+}
 
 #: Bad plans for ``export`` (the model slot holds the plan directory): (plan placeholder, what the line must say).
 EXPORT_CASES = {
@@ -165,6 +178,13 @@ def test_bad_models_are_refused_in_one_line(name: str, case: str, places, capsys
 @pytest.mark.parametrize(("name", "extra", "message"), OPTION_CASES)
 def test_bad_options_are_refused_in_one_line(name: str, extra: list[str], message: str, places, capsys) -> None:
     assert_refused(command(name, "lenet5", extra, places), message, Path(places["out"]), capsys)
+
+
+@pytest.mark.parametrize("case", list(PROFILE_CASES))
+def test_bad_shape_profiles_are_refused_in_one_line(case: str, places, capsys) -> None:
+    value, message = PROFILE_CASES[case]
+    argv = command("optimize", places["dynamic"], ["--input-shape", value], places)
+    assert_refused(argv, message, Path(places["out"]), capsys)
 
 
 @pytest.mark.parametrize("case", list(EXPORT_CASES))

@@ -114,6 +114,8 @@ def optimize_profile(request: OptimizeRequest, started: float, progress: Listene
     run; the runtimes and precisions are judged at every bucket."""
     import hashlib
 
+    from rlcompile.models.onnx_model import graph_inputs
+    from rlcompile.models.profile import build_profile
     from rlcompile.shapes.api import ShapesRequest, finished, load_dynamic
     from rlcompile.shapes.api import optimize_profile as run_profile
 
@@ -121,6 +123,7 @@ def optimize_profile(request: OptimizeRequest, started: float, progress: Listene
     if output.exists() and not output.is_dir():
         raise RlcompileError(f"-o {output} exists and is not a directory")
     proto, name = load_dynamic(request.model)
+    build_profile(request.profile, graph_inputs(proto))  # a bad profile is refused before anything is said or written
     key = {"fingerprint": hashlib.sha256(proto.SerializeToString()).hexdigest()[:16], "profile": list(request.profile),
            "budget_s": request.budget_s, **request.settings.describe()}  # fmt: skip
     progress(Event("optimize", f"optimizing {name} for the shapes {'; '.join(request.profile)}: budget "
