@@ -17,7 +17,9 @@
   ``--metric rlcompile.models.sentences:embedding_error``). Writes the exported model (``DIR/minilm.onnx``).
 
 ``python -m rlcompile.models.tasks ocr-rec DIR --count 200`` writes ``DIR/ocr-rec.npz`` (one file, a
-leading sample axis: the input ``x`` and the truth ``text`` or ``label``).
+leading sample axis: the input ``x`` and the truth ``text`` or ``label``). Two tasks give samples of several
+shapes, as a shape profile's ``--data``: a folder of one ``.npz`` per sample: ``minilm-lengths`` (each sentence at
+its own length, 16-256 tokens, and the model) and ``ocr-det-sizes`` (pages at 320x320 and 640x640).
 """
 
 from __future__ import annotations
@@ -142,6 +144,25 @@ def ocr_det_samples(count: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {"x": inputs, "boxes": np.stack(boxes)}
 
 
+def ocr_det_sizes(directory: Path, count: int, seed: int = 0) -> Path:
+    """``DIR/ocr-det-sizes/``: ``count`` pages as the detector's inputs, one ``.npz`` each with the lines' ``boxes``,
+    every other one at 640x640 (the 320x320 page scaled twice, its boxes too): the ``--data`` of a profile over
+    both resolutions."""
+    from PIL import Image
+
+    folder = directory / "ocr-det-sizes"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for index in range(count):
+        page, boxes = detector_page(rng)
+        if index % 2:
+            page = np.asarray(Image.fromarray(page).resize((2 * page.shape[1], 2 * page.shape[0]), Image.BILINEAR))
+            boxes = np.where(boxes >= 0, 2 * boxes, boxes)
+        x = ((page / 255.0 - DET_MEAN) / DET_STD).astype(np.float32).transpose(2, 0, 1)[None]
+        np.savez(folder / f"{index:05d}.npz", x=x, boxes=boxes)
+    return folder
+
+
 def detected_regions(probability: np.ndarray) -> list[tuple[float, float]]:
     """The centres (x, y) of the connected regions where the detector's probability map passes
     :data:`DB_THRESHOLD` (at least :data:`MIN_REGION` pixels): the text regions DB's post-processing expands."""
@@ -230,11 +251,13 @@ def lenet_digits(directory: Path, count: int, seed: int = 0, epochs: int = 30) -
 
 WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples, "ocr-det": ocr_det_samples}
 TRAINED = {"lenet-digits": lenet_digits, "minilm": sentences.minilm}
+#: Tasks whose samples differ in shape: a folder of one ``.npz`` per sample (the ``--data`` of a shape profile).
+FOLDERS = {"minilm-lengths": sentences.minilm_lengths, "ocr-det-sizes": ocr_det_sizes}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="write a task's samples as one .npz (leading sample axis)")
-    parser.add_argument("task", choices=[*WRITERS, *TRAINED, "minilm-lengths"])
+    parser.add_argument("task", choices=[*WRITERS, *TRAINED, *FOLDERS])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
@@ -242,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     args.directory.mkdir(parents=True, exist_ok=True)
     target = args.directory / f"{args.task}.npz"
     try:
-        if args.task == "minilm-lengths":
-            folder = sentences.minilm_lengths(args.directory, args.count, args.seed)
-            print(f"wrote {args.directory / 'minilm.onnx'} and {folder}/ ({args.count} samples)")
+        if args.task in FOLDERS:
+            folder = FOLDERS[args.task](args.directory, args.count, args.seed)
+            print(f"wrote {folder}/ ({args.count} samples, one .npz each)")
             return 0
         if args.task in TRAINED:
             samples = TRAINED[args.task](args.directory, args.count, args.seed)

@@ -122,7 +122,7 @@ def optimize_profile(request: OptimizeRequest, started: float, progress: Listene
     output = Path(request.output)
     if output.exists() and not output.is_dir():
         raise RlcompileError(f"-o {output} exists and is not a directory")
-    proto, name = load_dynamic(request.model)
+    proto, name, _ = load_dynamic(request.model)
     build_profile(request.profile, graph_inputs(proto))  # a bad profile is refused before anything is said or written
     key = {"fingerprint": hashlib.sha256(proto.SerializeToString()).hexdigest()[:16], "profile": list(request.profile),
            "budget_s": request.budget_s, **request.settings.describe()}  # fmt: skip

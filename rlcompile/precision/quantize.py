@@ -21,6 +21,7 @@ import contextlib
 import io
 import logging
 import tempfile
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,6 +269,11 @@ class Quantizer:
             raise ModelError(self.refusal)
         quiet = logging.getLogger().level
         logging.getLogger().setLevel(logging.ERROR)  # ORT's advice to pre-process goes to the root logger
+        # a tensor that is always zero (a token-type embedding) makes ORT divide 0 by 0 for its zero point, warning
+        # on stderr about a value it then does not use
+        ignored = warnings.catch_warnings()
+        ignored.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
         try:
             if self.method == DYNAMIC:
                 quantize_dynamic(str(self.source), str(target), weight_type=QuantType.QInt8, per_channel=True,
@@ -286,6 +292,7 @@ class Quantizer:
             raise ModelError(f"ONNX Runtime's quantizer cannot quantize this model: {first_line(error)}") from None
         finally:
             logging.getLogger().setLevel(quiet)
+            ignored.__exit__(None, None, None)
 
     def close(self) -> None:
         """Removes the quantized models (the calibration stays in ``work``)."""

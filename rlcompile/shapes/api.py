@@ -55,21 +55,24 @@ class ShapesRequest:
     libraries: Sequence[str] = ("ort", "openvino")
 
 
-def load_dynamic(spec: str) -> tuple[onnx.ModelProto, str]:
-    """The user's ONNX file as it is (a profile keeps its dynamic dims); zoo names are static and refused."""
-    path = Path(spec)
+def load_dynamic(spec: str) -> tuple[onnx.ModelProto, str, Path]:
+    """The user's ONNX file, or a packaged model's, as it is (a profile keeps its dynamic dims); zoo names are
+    static and refused."""
+    from rlcompile.models.packaged import PACKAGED, packaged_path
+
+    path = packaged_path(spec) if spec in PACKAGED else Path(spec)
     if path.suffix != ".onnx" and not path.is_file():
         raise ModelError(f"a shape profile (--input-shape with ranges) needs an ONNX file with dynamic dims; "
                          f"{spec} is not one")  # fmt: skip
     proto = read_onnx(path)
     proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
-    return proto, path.stem
+    return proto, spec if spec in PACKAGED else path.stem, path.resolve()
 
 
 def optimize_profile(request: ShapesRequest, key: dict, progress: Listener) -> Manifest:
     """Judge every candidate at every bucket, keep the variants that serve the profile, write the plan."""
     started = time.monotonic()
-    proto, name = load_dynamic(request.model)
+    proto, name, path = load_dynamic(request.model)
     specs = graph_inputs(proto)
     profile = build_profile(request.profile, specs)
     buckets = profile.buckets()
@@ -83,7 +86,8 @@ def optimize_profile(request: ShapesRequest, key: dict, progress: Listener) -> M
                              f"{profile.ranges_text()}; {len(candidates)} candidates", "judge"))  # fmt: skip
     work = request.output / "work"
     work.mkdir(parents=True, exist_ok=True)
-    model_of = int8_models(proto, candidates, samples.calibration, work, progress)
+    calibration = [samples.inputs(sample) for sample in samples.calibration]
+    model_of = int8_models(proto, candidates, calibration, work, progress)
     judge = Judge(model_of, samples, load_metric(request.contract.metric), request.contract.tolerance,
                   request.timing, request.threads, progress, reference=lambda feeds: [])  # fmt: skip
     native = judge.runner(Variant("ort"))
@@ -95,7 +99,7 @@ def optimize_profile(request: ShapesRequest, key: dict, progress: Listener) -> M
     results = judge_profile(judge, buckets, candidates, seconds)
     choice = choose(results, candidates)
     progress(Event("shapes", f"kept {'; '.join(s.variant.label for s in choice.served)}"))
-    manifest = save(request, key, name, proto, profile, samples, judge, results, choice)
+    manifest = save(request, key, name, path, proto, profile, samples, judge, results, choice)
     atomic.write_json(work / STATE, {"key": key, "buckets": [r.to_json() for r in results]}, indent=1)
     return manifest
 
@@ -114,7 +118,7 @@ def agreeing(judge: Judge, candidates: Sequence[Variant], bucket: Bucket, progre
     return kept
 
 
-def save(request: ShapesRequest, key: dict, name: str, proto: onnx.ModelProto, profile: ShapeProfile,
+def save(request: ShapesRequest, key: dict, name: str, path: Path, proto: onnx.ModelProto, profile: ShapeProfile,
          samples: ProfileSamples, judge: Judge, results: Sequence[BucketResult],
          choice: Choice) -> Manifest:  # fmt: skip
     """Write the plan directory: the variants' models, every bucket's inputs and outputs, the manifest."""
@@ -134,7 +138,7 @@ def save(request: ShapesRequest, key: dict, name: str, proto: onnx.ModelProto, p
         runner = judge.runner(variant, result.bucket)
         cases.append((feeds, runner[0].run(feeds) if lowered and runner else judge.reference(feeds)))
     validation = validation_arrays(samples, judge) if lowered else None
-    manifest = Manifest(name, str(Path(request.model).resolve()), key["fingerprint"], input_entries(profile, proto),
+    manifest = Manifest(name, str(path), key["fingerprint"], input_entries(profile, proto),
                         [o.name for o in proto.graph.output], request.threads, environment(request.threads), [],
                         {}, accuracy=accuracy_record(request.contract, samples, results, choice) if lowered else None,
                         shapes=shapes_record(profile, results, choice, entries, key))  # fmt: skip

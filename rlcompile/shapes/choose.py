@@ -5,7 +5,8 @@ median. One dynamic variant serves every shape when it kept the contract at ever
 bucket, within the noise (at least :data:`TIE_BAND`) of the fastest dynamic variant there: of those the one
 with the least weighted latency, the simplest (a native) on ties. Otherwise each bucket's region is served by
 the fastest dynamic variant at that bucket. A static variant serves its bucket's exact shape where it beat that
-region's dynamic variant by more than the noise and at least :data:`STATIC_GAIN`. So the plan is never slower
+region's dynamic variant by more than the noise and at least :data:`STATIC_GAIN`; a dynamic variant left with
+no shape that a static one does not serve (a profile of sets) is dropped. So the plan is never slower
 beyond the noise than the faster native at any bucket: both natives are among the dynamic candidates (unless
 ``--runtimes`` leaves one's runtime out).
 """
@@ -78,7 +79,9 @@ def choose(results: Sequence[BucketResult], candidates: Sequence[Variant]) -> Ch
             if gain > max(result.noise, STATIC_GAIN):
                 statics.append(Served(static, [exact(result.bucket)]))
                 by_bucket[result.bucket.label] = static
-    return Choice([*statics, *served.values()], by_bucket)
+    exact_shapes = [served.regions[0] for served in statics]
+    dynamic_served = [item for item in served.values() if any(region not in exact_shapes for region in item.regions)]
+    return Choice([*statics, *dynamic_served], by_bucket)
 
 
 def exact(bucket: Bucket) -> dict[str, tuple[int, int]]:

@@ -108,7 +108,7 @@ class Judge:
         if found is None:
             return None
         try:
-            outputs = [found[0].run(feeds) for feeds in checks]
+            outputs = [found[0].run(self.samples.inputs(feeds)) for feeds in checks]
         except Exception as error:  # a runtime that refuses a shape at run time: the candidate is left out
             self.progress(Event("shapes", f"{variant.label} left out at {bucket.label}: {first_line(error)}"))
             return None
@@ -119,7 +119,7 @@ class Judge:
         """Errors, then one contest of the accurate candidates (natives and their twins among them) at ``bucket``."""
         result = BucketResult(bucket)
         checks = self.samples.checks(bucket)
-        references = [self.reference(feeds) for feeds in checks]
+        references = [self.reference(self.samples.inputs(feeds)) for feeds in checks]
         result.fp32_error = float(np.mean([sample_error(self.metric, feeds, expected, expected)
                                            for feeds, expected in zip(checks, references, strict=True)]))
         timed = []
@@ -135,7 +135,7 @@ class Judge:
             if variant.native or self.runner(variant) is not None:
                 timed.append(variant)
         timed += [native for native in NATIVES if native not in timed]  # the references, candidates or not
-        feeds = checks[0]
+        feeds = self.samples.inputs(checks[0])
         contenders = self.contenders(timed, bucket, feeds)
         standings = run_contest(contenders, self.fitted(len(contenders), seconds), DECISION_ROUNDS)
         result.ms = {c.label: standings.median(c.label) for c in contenders if not c.label.endswith(TWIN)}
@@ -167,7 +167,8 @@ class Judge:
         feeds = self.samples.feeds(result.bucket)
         if static.lowered:
             checks = self.samples.checks(result.bucket)
-            error = self.errors(static, result.bucket, checks, [self.reference(f) for f in checks])
+            references = [self.reference(self.samples.inputs(f)) for f in checks]
+            error = self.errors(static, result.bucket, checks, references)
             if error is None or not within_tolerance(error - result.fp32_error, self.tolerance):
                 return
             result.errors[static.label] = error

@@ -4,7 +4,8 @@ With ``--data``, each sample keeps its own shape (sentences of their own lengths
 (the batch axis may be left out), it weights the buckets (:meth:`ShapeProfile.buckets`), the calibration part
 calibrates int8 as it comes, and the held-out part is brought to each bucket's shape
 (:func:`~rlcompile.models.profile.fit_sample`: cut or zero-padded, the batch filled with further samples) to
-measure every lowered variant's error there. Without it, random inputs of each bucket's shape stand in.
+measure every lowered variant's error there (a sample's other arrays, such as labels, go with it where the bucket's
+batch is the sample's own). Without it, random inputs of each bucket's shape stand in.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ class ProfileSamples:
     def real(self) -> bool:
         return self.source != "random"
 
+    def inputs(self, sample: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model's inputs of a sample (without its labels)."""
+        return {spec.name: sample[spec.name] for spec in self.specs}
+
     def feeds(self, bucket: Bucket, seed: int = 0) -> dict[str, np.ndarray]:
         """The inputs a bucket is timed on: the first held-out sample(s) at its shape, or random ones."""
-        return self.checks(bucket, 1, seed)[0]
+        return self.inputs(self.checks(bucket, 1, seed)[0])
 
     def checks(self, bucket: Bucket, count: int = CHECKS_PER_BUCKET, seed: int = 0) -> list[dict[str, np.ndarray]]:
         """``count`` held-out inputs at ``bucket``'s shape (each batch of different samples where there are enough)."""
@@ -54,7 +59,10 @@ class ProfileSamples:
             first = (index * batch) % len(pool)
             others = [pool[(first + k) % len(pool)] for k in range(1, batch)]
             sample = {name: value for name, value in pool[first].items() if name in inputs}
-            checks.append(fit_sample(sample, bucket.shapes, others))
+            fitted = fit_sample(sample, bucket.shapes, others)
+            if all(np.shape(value)[0] == batch for value in sample.values()):  # one sample: its labels still apply
+                fitted |= {name: value for name, value in pool[first].items() if name not in inputs}
+            checks.append(fitted)
         return checks
 
 

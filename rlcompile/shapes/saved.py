@@ -139,7 +139,9 @@ class ShapedPlan:
                              f"{self.profile.describe()} ({self.profile.ranges_text()})")  # fmt: skip
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self.pick(feeds).runner.run(feeds)
+        """The outputs for ``feeds`` (by input name; other arrays, such as a sample's labels, are ignored)."""
+        inputs = {name: feeds[name] for name in self.profile.dims}
+        return self.pick(inputs).runner.run(inputs)
 
     def timer(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
         """One call as a user calls :meth:`run` (the dispatch included)."""

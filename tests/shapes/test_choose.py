@@ -54,3 +54,12 @@ def test_a_static_variant_is_kept_for_its_shape_only_beyond_the_noise_and_the_ga
 def test_the_weighted_latency_is_the_buckets_weights_times_their_medians() -> None:
     results = [result("1", {ORT: 1.0, OPENVINO: 2.0}), result("8", {ORT: 8.0, OPENVINO: 6.0})]
     assert weighted(results, ORT) == 4.5 and weighted(results, OPENVINO) == 4.0
+
+
+def test_a_dynamic_variant_left_with_no_shape_of_its_own_is_dropped() -> None:
+    first, second = OPENVINO.at("1"), OPENVINO.at("8")
+    results = [result("1", {ORT: 1.0, OPENVINO: 1.0, first: 0.5}, static=first),
+               result("8", {ORT: 8.0, OPENVINO: 8.0, second: 4.0}, static=second)]  # fmt: skip
+    for found in results:  # a profile of sets: each bucket's region is its own shape
+        object.__setattr__(found.bucket, "region", {"n": (found.bucket.values["n"],) * 2})
+    assert [served.variant for served in choose(results, [ORT, OPENVINO]).served] == [first, second]
