@@ -73,8 +73,9 @@ def choose(results: Sequence[BucketResult], candidates: Sequence[Variant]) -> Ch
         variant = dynamic[result.bucket.label]
         served.setdefault(variant, Served(variant, [])).regions.append(result.bucket.region)
         by_bucket[result.bucket.label] = variant
-        static = result.static
-        if static is not None and accurate(result, static) and static.label in result.ms:
+        statics_here = [static for static in result.statics if accurate(result, static)]
+        static = min(statics_here, key=lambda v: result.ms[v.label]) if statics_here else None
+        if static is not None:
             gain = 1 - result.ms[static.label] / result.ms[variant.label]
             if gain > max(result.noise, STATIC_GAIN):
                 statics.append(Served(static, [exact(result.bucket)]))

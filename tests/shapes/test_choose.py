@@ -13,9 +13,10 @@ INT8 = Variant("openvino", "fp32", "smoothquant")
 
 def result(label: str, ms: dict[Variant, float], noise: float = 0.01, static: Variant | None = None,
            inaccurate: tuple[Variant, ...] = ()) -> BucketResult:  # fmt: skip
+    """A bucket's measurements, ``static`` the one static variant timed there."""
     value = int(label)
     bucket = Bucket({"x": (value,)}, {"n": value}, 0.5, {"n": (value // 2, value * 2)})
-    found = BucketResult(bucket, {v.label: t for v, t in ms.items()}, noise, static=static)
+    found = BucketResult(bucket, {v.label: t for v, t in ms.items()}, noise, statics=[static] if static else [])
     found.accurate = {v.label: v not in inaccurate for v in ms if v.lowered}
     return found
 
