@@ -201,12 +201,16 @@ class Manifest(Record):
     #: a plan for a shape profile: its variants (model file, runtime, precision, the shapes each serves) and the
     #: profile with what every bucket measured (:mod:`rlcompile.shapes`); ``segments`` is then empty
     shapes: dict | None = None
+    #: ``--objective throughput``: the requests in flight, the serving configuration kept (runtime, sessions x
+    #: threads or OpenVINO's hint and streams) and what every plan and configuration pair served
+    #: (:mod:`rlcompile.optimize.serving`)
+    serving: dict | None = None
     format: str = FORMAT
     version: int = VERSION
     #: the keys in the order the file has them
     ORDER: ClassVar[tuple[str, ...]] = ("format", "version", "model", "source", "fingerprint", "inputs", "outputs",
                                         "threads", "environment", "segments", "selection", "accuracy",
-                                        "optimize", "shapes")  # fmt: skip
+                                        "optimize", "shapes", "serving")  # fmt: skip
 
     def to_json(self) -> dict:
         values = {item.name: getattr(self, item.name) for item in fields(self)}

@@ -44,6 +44,7 @@ from rlcompile.precision.contract import VALIDATION
 from rlcompile.runtimes import RuntimeOptions
 
 if TYPE_CHECKING:
+    from rlcompile.runtimes.serving import Pool
     from rlcompile.shapes.saved import ShapedPlan
 
 REFERENCE = "reference.npz"
@@ -71,8 +72,10 @@ def save_plan(selection, output: Path, tuning_db: Path | None = None) -> Path:
     return Path(output)
 
 
-def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None) -> Manifest:
-    """Write ``selection``'s chosen plan to ``output`` and return its manifest (``optimize``'s record joins it).
+def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None, serving: dict | None = None,
+               ) -> Manifest:  # fmt: skip
+    """Write ``selection``'s chosen plan to ``output`` and return its manifest (``optimize``'s record joins it, and
+    under a throughput objective how the plan serves concurrent requests).
 
     The manifest is written last (and the old one removed first), so a directory with a manifest is complete.
     """
@@ -103,7 +106,7 @@ def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None) 
     shutil.rmtree(scratch, ignore_errors=True)
     manifest = Manifest(**model_entry(model), outputs=list(selection.grouped.outputs), threads=selection.threads,
                         environment=environment(selection.threads), segments=entries, selection=selection.to_dict(),
-                        optimize=optimize, accuracy=chosen.accuracy)  # fmt: skip
+                        optimize=optimize, accuracy=chosen.accuracy, serving=serving)  # fmt: skip
     return manifest.save(output)
 
 
@@ -151,6 +154,24 @@ class LoadedPlan:
     def timed(self, feeds: Mapping[str, np.ndarray]) -> Timer:
         """:meth:`timer` with the wind-down of its segments' libraries: what a contest times it as."""
         return Timer(self.timer(feeds), self.engine.wind_down_s)
+
+    def serve(self, concurrency: int | None = None) -> Pool:
+        """The plan for concurrent callers: a :class:`~rlcompile.runtimes.serving.Pool` whose ``run(feeds)`` several
+        threads may call at once, configured as ``--objective throughput`` measured it (else the runtime's default),
+        for ``concurrency`` requests in flight (default: as measured, else the plan's threads). A plan of several
+        segments, or on another runtime, is served by latency only: refused in one line."""
+        from rlcompile.runtimes.serving import Pool, Serving
+
+        segments = self.manifest.segments
+        if len(segments) != 1 or segments[0]["library"] not in ("ort", "openvino"):
+            raise RlcompileError(f"{self.path} runs {' -> '.join(self.libraries)}: only a plan of one ONNX Runtime or "
+                                 "OpenVINO segment serves concurrent callers; call run() from one thread")  # fmt: skip
+        recorded = self.manifest.serving or {}
+        serving = (Serving.from_json(recorded["serving"]) if "serving" in recorded
+                   else Serving(segments[0]["library"], threads=self.manifest.threads,
+                                precision=segments[0].get("precision", "fp32")))  # fmt: skip
+        proto = onnx.load(str(self.path / segments[0]["onnx"]))
+        return Pool(serving, proto, concurrency or recorded.get("concurrency") or self.manifest.threads)
 
     def describe(self) -> str:
         count = len(self.libraries)

@@ -218,3 +218,39 @@ def accuracy_recheck(item) -> Recheck | None:
     if accuracy is None:
         return None
     return recheck(Path(item.path) / VALIDATION, item.run, accuracy.metric, accuracy.fp32_error, accuracy.tolerance)
+
+
+#: What ``run DIR --objective throughput`` calls the plan's own serving.
+PLAN_SERVER = "plan (rlcompile.load(...).serve())"
+
+
+def serve_saved(path: str | Path, concurrency: int | None = None, block_s: float = 1.0, rounds: int = 5,
+                progress: Listener = ignore):  # fmt: skip
+    """A plan directory serving ``concurrency`` requests in flight as it was measured (``serve()``), beside the user's
+    model served by ONNX Runtime (one session of every thread, twice: the noise; several sessions of fewer threads)
+    and OpenVINO (latency and throughput hints): a :class:`~rlcompile.measure.throughput.ThroughputStandings`."""
+    from rlcompile.measure.throughput import Server, throughput_contest
+    from rlcompile.plan import load_plan
+    from rlcompile.runtimes.serving import servers, serving_candidates
+
+    plan = load_plan(path)
+    record = plan.record
+    concurrency = concurrency or (record.serving or {}).get("concurrency") or record.threads
+    pool = plan.serve(concurrency)
+    feeds = plan.reference_inputs
+    contenders = [Server(PLAN_SERVER, tuple(lambda: pool.run(feeds) for _ in range(concurrency)))]
+    original = original_model(record)
+    if original is not None:
+        for runtime in ("ort", "openvino"):
+            for serving in serving_candidates(runtime, concurrency, record.threads):
+                contenders.append(Server(f"{runtime} native: {serving.label.split(' ', 1)[1]}",
+                                         tuple(servers(serving, original.proto, feeds, concurrency))))  # fmt: skip
+        default = serving_candidates("ort", concurrency, record.threads)[0]
+        one = servers(default, original.proto, feeds, 1)
+        contenders.append(Server(f"{contenders[1].label}, one caller (what latency measures)", tuple(one)))
+        contenders.append(Server(f"{contenders[1].label} (identical)", tuple(servers(default, original.proto, feeds,
+                                                                                     concurrency)),
+                                 twin_of=contenders[1].label))  # fmt: skip
+    progress(Phase("run", f"serving {concurrency} requests in flight: the plan beside the natives' configurations, "
+                          f"{rounds} rounds of {block_s:g} s", "measure"))  # fmt: skip
+    return throughput_contest(contenders, block_s, rounds)

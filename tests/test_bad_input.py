@@ -88,6 +88,10 @@ OPTION_CASES = [
     ("select", ["--metric", "top1"], "--precision"),
     ("export", ["--to", "tensorrt"], "invalid choice"),
     ("select", ["--input-shape", "input=1-8,1,32,32"], "ranges and sets are taken by optimize"),
+    ("optimize", ["--objective", "qps"], "invalid choice"),
+    ("optimize", ["--objective", "throughput", "--concurrency", "0"], "--concurrency 0"),
+    ("optimize", ["--concurrency", "4"], "--concurrency is read under --objective throughput"),
+    ("run", ["--objective", "throughput", "--concurrency", "-2"], "--concurrency -2"),
     ("run", ["--input-shape", "input=1|2,1,32,32"], "ranges and sets are taken by optimize"),
     ("optimize", ["--input-shape", "input=1-8,1,32,32"], "needs an ONNX file with dynamic dims"),
 ]

@@ -165,6 +165,33 @@ def agreement_line(chosen) -> str:
             f"fp32 {accuracy.fp32_error:.3g}, within +{accuracy.tolerance:g}")
 
 
+def add_objective_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--objective`` and ``--concurrency``: what a plan is judged on."""
+    parser.add_argument("--objective", default="latency", choices=["latency", "throughput"],
+                        help="latency: one request at a time (default); throughput: inferences per second "
+                        "with --concurrency requests in flight, serving knobs chosen with the plan")  # fmt: skip
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="requests in flight under --objective throughput (default: the threads)")
+
+
+def check_objective(args: argparse.Namespace) -> int | None:
+    """The requests in flight ``--concurrency`` asks for; one line for a bad value or one given without
+    ``--objective throughput``."""
+    if args.concurrency is None:
+        return None
+    if args.objective != "throughput":
+        raise RlcompileError("--concurrency is read under --objective throughput only")
+    if args.concurrency < 1:
+        raise RlcompileError(f"--concurrency {args.concurrency}: give the number of requests in flight, at least 1")
+    return args.concurrency
+
+
+def serving_line(serving: dict) -> str:
+    """How a plan serves concurrent requests, as ``optimize`` and ``run`` say it."""
+    return (f"{serving['kept']}, {serving['per_s']:.1f} inferences/s with {serving['concurrency']} requests in flight "
+            f"(median {serving['p50_ms']:.2f} ms, p99 {serving['p99_ms']:.2f} ms a request)")
+
+
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     from rlcompile.precision.contract import ALLOWED, METRICS
 

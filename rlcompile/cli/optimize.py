@@ -12,11 +12,14 @@ from rlcompile.cli.common import (
     add_layout_flag,
     add_measure_arguments,
     add_model_arguments,
+    add_objective_arguments,
     add_old_name,
     add_precision_arguments,
     agreement_line,
+    check_objective,
     log,
     measure_config,
+    serving_line,
     stdout,
     with_min_time,
     write_json,
@@ -69,6 +72,7 @@ def add_parsers(commands) -> None:
     optimize.add_argument("--seed", type=int, default=0)
     optimize.add_argument("--json", type=Path, default=None, help="also write the manifest as JSON to this file")
     add_precision_arguments(optimize)
+    add_objective_arguments(optimize)
     optimize.set_defaults(handler=command_optimize)
 
     export = commands.add_parser("export", help="write a plan for the runtime you deploy on, checked there")
@@ -120,14 +124,17 @@ def command_optimize(args: argparse.Namespace) -> int:
     if args.runtimes:
         runtimes.parse(args.runtimes)
     contract = accuracy_contract(args)
+    concurrency = check_objective(args)
     settings = StageSettings(graph_agent=args.graph_agent, strategy=args.kernel_agent, cost_model=args.cost_model,
                              layout=args.layout, layer_agent=args.layer_agent,
                              trials=args.trials, seed=args.seed, threads=args.threads or host_cores(),
                              libraries=args.runtimes, precision=contract.precision,
                              data=str(Path(contract.data).resolve()) if contract.data else None,
                              metric=contract.metric, tolerance=contract.tolerance,
-                             timing=timing)  # fmt: skip
+                             timing=timing, objective=args.objective, concurrency=concurrency)  # fmt: skip
     if is_profile_text(args.input_shape):
+        if args.objective != "latency":
+            raise RlcompileError("--objective throughput works at one shape: give --input-shape sizes, not ranges")
         request = OptimizeRequest(args.model, args.output, {}, budget, tuple(levels), settings, started=args.started,
                                   profile=tuple(args.input_shape))  # fmt: skip
         return print_profile_result(optimize(request, log).manifest, args)
@@ -147,6 +154,8 @@ def command_optimize(args: argparse.Namespace) -> int:
     stdout.print(f"{result.manifest.model}: {verdict}", highlight=False)
     if result.manifest.accuracy is not None:
         stdout.print(f"precision: {agreement_line(result.manifest)}", highlight=False)
+    if result.manifest.serving is not None:
+        stdout.print(f"serving: {serving_line(result.manifest.serving)}", highlight=False)
     stdout.print(f"wrote {args.output}/ (report.md, report.png; run it with: rlcompile run {args.output})",
                  highlight=False)  # fmt: skip
     stdout.print(f"deploy it: {export_command(result.manifest, args.output)}", highlight=False)
@@ -186,6 +195,9 @@ def command_export(args: argparse.Namespace) -> int:
                  f"err {check.agreement.max_rel:.1e}); {check.export_ms:.3f} ms against the plan's "
                  f"{check.plan_ms:.3f} ms ({check.ratio:.3f}x); import {check.import_s:.2f} s, first run "
                  f"{check.first_run_s * 1e3:.1f} ms", highlight=False)  # fmt: skip
+    if check.export_per_s is not None:
+        stdout.print(f"serving its requests in flight: {check.export_per_s:.1f} inferences/s against the plan's "
+                     f"{check.plan_per_s:.1f}/s ({check.export_per_s / check.plan_per_s:.3f}x)", highlight=False)
     stdout.print(f"load it as {result.output}/README.md shows", highlight=False)
     write_json(args.json, result.to_dict())
     return 0

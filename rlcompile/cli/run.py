@@ -9,8 +9,10 @@ import argparse
 from rlcompile.cli.common import (
     add_measure_arguments,
     add_model_arguments,
+    add_objective_arguments,
     add_old_name,
     add_runtime_options,
+    check_objective,
     load,
     make_runtime,
     measure_config,
@@ -38,6 +40,7 @@ def add_parsers(commands) -> None:
     add_old_name(run, "--backend", "--runtime", "runtime", choices=list(MODEL_RUNTIMES))
     add_runtime_options(run)
     add_measure_arguments(run)
+    add_objective_arguments(run)
     run.set_defaults(handler=command_run)
 
     compare = commands.add_parser("compare", help="run several runtimes side by side: latency ratios and agreement")
@@ -87,6 +90,29 @@ def command_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_serving(args: argparse.Namespace, concurrency: int | None) -> int:
+    """A plan serving concurrent requests as measured, beside the natives' default and best configurations."""
+    from rlcompile.report.optimize import markdown_table
+    from rlcompile.saved import PLAN_SERVER, serve_saved
+
+    if len(args.model) != 1:
+        raise RlcompileError("run --objective throughput takes one plan directory")
+    block_s = 0.3 if args.quick else (args.min_time or 1.0)
+    standings = serve_saved(args.model[0], concurrency, block_s, 3 if args.quick else 5, note)
+    stats = [stats for label, stats in standings.stats.items() if label not in standings.twins]
+    best_native = max((s for s in stats if s.label != PLAN_SERVER), key=lambda s: s.per_s, default=None)
+    rows = [[s.label, f"{s.per_s:.1f}", f"{s.per_s / best_native.per_s:.3f}" if best_native else "-",
+             f"{s.p50_ms:.3f}", f"{s.p99_ms:.3f}"] for s in stats]  # fmt: skip
+    header = ["server", "inferences/s", "over the best native configuration", "median ms", "p99 ms"]
+    stdout.print("\n".join(markdown_table(header, rows)), highlight=False)
+    noise = standings.noise
+    said = (f"two identical servers differ by {100 * noise:.1f}%: the noise of every rate above" if noise is not None
+            else "the original model is not at hand: the natives were not served")
+    stdout.print(said, highlight=False)
+    write_json(args.json, standings.to_dict())
+    return 0
+
+
 def run_shaped(args: argparse.Namespace) -> int:
     """A plan for a shape profile: checked and timed at every bucket beside both natives, and the weighted figure."""
     from rlcompile.plan import load_plan
@@ -124,6 +150,9 @@ def run_saved(args: argparse.Namespace) -> int:
     from rlcompile.saved import time_saved
     from rlcompile.shapes.timing import shaped_paths
 
+    concurrency = check_objective(args)
+    if args.objective == "throughput":
+        return run_serving(args, concurrency)
     if shaped_paths(args.model):
         return run_shaped(args)
 

@@ -18,6 +18,7 @@ plan's reference outputs and its latency is timed in turns with the plan's, in t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -46,6 +47,8 @@ TARGET_RUNTIME = {"onnxruntime": "ort", "openvino": "openvino"}
 FORBIDDEN_MODULES = ("rlcompile", "torch", "tvm", "tvm_ffi")
 #: Rounds of the plan (here) and the export (a fresh process) timed in turns.
 CHECK_ROUNDS = 2
+#: Seconds the plan and its export each serve concurrent requests in the check of a throughput plan.
+SERVE_S = 2.0
 PLAN_FILES = ("manifest.json", "reference.npz", "segments", "report.md", "report.png")
 README = "README.md"
 
@@ -59,6 +62,10 @@ class ExportCheck:
     plan_ms: float
     import_s: float
     first_run_s: float
+    #: a throughput plan: inferences per second with its requests in flight, the export's (fresh process) and the
+    #: plan's served here (``serve()``), in turns
+    export_per_s: float | None = None
+    plan_per_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -171,16 +178,32 @@ def copy_plan(plan_dir: Path, output: Path) -> list[str]:
     return [*files, README]
 
 
+def serving_of(manifest: Manifest):
+    """How the plan serves concurrent requests (``--objective throughput``), or ``None``."""
+    from rlcompile.runtimes.serving import Serving
+
+    return Serving.from_json(manifest.serving["serving"]) if manifest.serving else None
+
+
+def code_for(target: str, manifest: Manifest) -> str:
+    """The README's lines for ``target``: :func:`snippet`, or for concurrent callers :func:`serving_snippet`."""
+    return serving_snippet(target) if serving_of(manifest) is not None and target != "plan" else snippet(target)
+
+
 def write_onnxruntime(segment: onnx.ModelProto, manifest: Manifest, output: Path) -> list[str]:
     onnx.save(segment, str(output / "model.onnx"))
-    config = {"providers": ["CPUExecutionProvider"], "intra_op_num_threads": manifest.threads,
+    serving = serving_of(manifest)
+    config = {"providers": ["CPUExecutionProvider"],
+              "intra_op_num_threads": serving.threads if serving and serving.threads else manifest.threads,
               "inter_op_num_threads": 1, "graph_optimization_level": "ORT_ENABLE_ALL",
               "session_config_entries": {},
               "spinning": "ONNX Runtime's default: the workers spin briefly between runs (the plan runs alone, "
                           "so the cores are its own); add session.intra_op.allow_spinning=0 when other work "
                           "shares them"}  # fmt: skip
+    if serving is not None:
+        config["sessions"] = serving.sessions
     (output / "onnxruntime.json").write_text(json.dumps(config, indent=1))
-    write_readme(output, "onnxruntime", snippet("onnxruntime"), ["model.onnx", "onnxruntime.json"])
+    write_readme(output, "onnxruntime", code_for("onnxruntime", manifest), ["model.onnx", "onnxruntime.json"])
     return ["model.onnx", "onnxruntime.json", README]
 
 
@@ -191,8 +214,11 @@ def write_openvino(segment: onnx.ModelProto, manifest: Manifest, output: Path) -
     ov.save_model(model, str(output / "model.xml"), compress_to_fp16=False)  # exactly the weights measured
     precision = manifest.segments[0].get("precision", "fp32")
     config = openvino_config(RuntimeOptions(manifest.threads, exclusive=True, precision=precision))
+    serving = serving_of(manifest)
+    if serving is not None:
+        config = serving.openvino_config()
     (output / "openvino.json").write_text(json.dumps(config, indent=1))
-    write_readme(output, "openvino", snippet("openvino"), ["model.xml", "model.bin", "openvino.json"])
+    write_readme(output, "openvino", code_for("openvino", manifest), ["model.xml", "model.bin", "openvino.json"])
     return ["model.xml", "model.bin", "openvino.json", README]
 
 
@@ -228,6 +254,36 @@ def snippet(target: str) -> str:
         plan = rlcompile.load(".")
         run = plan.run  # feeds: {input name: numpy array}
         ''')
+
+
+def serving_snippet(target: str) -> str:
+    """The lines that serve the export to several threads at once as the plan was measured (``--objective
+    throughput``): ONNX Runtime's sessions taken in turn, or one OpenVINO infer request per thread."""
+    if target == "onnxruntime":
+        return textwrap.dedent('''\
+            import itertools, json, onnxruntime as ort
+            config = json.load(open("onnxruntime.json"))
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = config["intra_op_num_threads"]
+            options.inter_op_num_threads = config["inter_op_num_threads"]
+            options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, config["graph_optimization_level"])
+            sessions = [ort.InferenceSession("model.onnx", options, providers=config["providers"])
+                        for _ in range(config["sessions"])]
+            turn = itertools.count()
+            # call run from as many threads as requests are in flight: the sessions are taken in turn
+            run = lambda feeds: sessions[next(turn) % len(sessions)].run(None, feeds)
+            ''')  # fmt: skip
+    return textwrap.dedent('''\
+        import json, threading, openvino as ov
+        config = json.load(open("openvino.json"))
+        compiled = ov.Core().compile_model("model.xml", "CPU", config)
+        local = threading.local()
+        def run(feeds):  # call it from as many threads as requests are in flight: one infer request each
+            if not hasattr(local, "request"):
+                local.request = compiled.create_infer_request()
+            results = local.request.infer(feeds)
+            return [results[output] for output in compiled.outputs]
+        ''')  # fmt: skip
 
 
 def write_readme(output: Path, target: str, code: str, files: list[str]) -> None:
@@ -271,16 +327,35 @@ while len(samples) < {repeats} or time.perf_counter() - began < {min_time}:
     samples.append((time.perf_counter() - before) * 1e3)
     if time.perf_counter() - began > {max_time}:
         break
+per_s = None
+if {concurrency}:
+    import threading
+    counts, release = [0] * {concurrency}, threading.Barrier({concurrency} + 1)
+    def serve(slot):
+        run(feeds)
+        release.wait()
+        stop = time.perf_counter() + {serve_s}
+        while time.perf_counter() < stop:
+            run(feeds)
+            counts[slot] += 1
+    workers = [threading.Thread(target=serve, args=(slot,)) for slot in range({concurrency})]
+    for worker in workers:
+        worker.start()
+    release.wait()
+    began = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    per_s = sum(counts) / (time.perf_counter() - began)
 np.savez({outputs_file!r}, **{{f"{{k}}:{{i}}": np.asarray(o) for k, outs in enumerate(every)
                               for i, o in enumerate(outs)}})
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
-print(json.dumps({{"median_ms": float(np.median(samples)), "import_s": imported - started,
+print(json.dumps({{"median_ms": float(np.median(samples)), "import_s": imported - started, "per_s": per_s,
                   "first_run_s": ran - imported, "loaded": loaded}}))
 '''
 
 
 def run_fresh(output: Path, target: str, cases: list[dict[str, np.ndarray]], timing: MeasureConfig,
-              code: str | None = None) -> tuple[dict, list[list[np.ndarray]]]:  # fmt: skip
+              code: str | None = None, concurrency: int = 0) -> tuple[dict, list[list[np.ndarray]]]:  # fmt: skip
     """The export run by its runtime alone in a fresh process (``code``: the README's lines, by default the target's
     :func:`snippet`) on every one of ``cases``, the first timed; (timings, each case's outputs)."""
     with tempfile.TemporaryDirectory(prefix="rlcompile-export-check-") as scratch:
@@ -289,7 +364,8 @@ def run_fresh(output: Path, target: str, cases: list[dict[str, np.ndarray]], tim
                                  for name, value in feeds.items()})  # fmt: skip
         (Path(scratch) / "harness.py").write_text(HARNESS.format(
             forbidden=set(FORBIDDEN_MODULES), outputs_file=outputs_file, inputs_file=inputs_file, warmup=timing.warmup,
-            repeats=timing.min_repeats, min_time=timing.min_time_s, max_time=timing.max_time_s))  # fmt: skip
+            repeats=timing.min_repeats, min_time=timing.min_time_s, max_time=timing.max_time_s,
+            concurrency=concurrency, serve_s=max(timing.min_time_s, SERVE_S)))  # fmt: skip
         (output / "snippet.py").write_text(code or snippet(target))
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         try:
@@ -308,11 +384,21 @@ def run_fresh(output: Path, target: str, cases: list[dict[str, np.ndarray]], tim
 
 
 def check_export(target: str, output: Path, plan, timing: MeasureConfig) -> ExportCheck:
-    """Outputs of the export (fresh process) against the plan's reference; both timed, in turns."""
+    """Outputs of the export (fresh process) against the plan's reference; both timed, in turns (a throughput plan:
+    both also serving its requests in flight)."""
     feeds = plan.reference_inputs
-    export_ms, plan_ms, first = [], [], None
+    serving = plan.record.serving if target != "plan" else None
+    concurrency = serving["concurrency"] if serving else 0
+    export_ms, plan_ms, export_rates, plan_rates, first = [], [], [], [], None
     for _ in range(CHECK_ROUNDS):
         plan_ms.append(measure_latency(plan.timer(feeds), timing).median_ms)
+        if concurrency:
+            from rlcompile.measure.throughput import serve_block
+
+            pool = plan.serve(concurrency)
+            call = functools.partial(pool.run, feeds)
+            count, _, elapsed = serve_block([call] * concurrency, max(timing.min_time_s, SERVE_S))
+            plan_rates.append(count / elapsed)
         if target == "plan":
             from rlcompile.plan import load_plan
 
@@ -320,13 +406,16 @@ def check_export(target: str, output: Path, plan, timing: MeasureConfig) -> Expo
             result, outputs = {"median_ms": measure_latency(copy.timer(feeds), timing).median_ms, "import_s": 0.0,
                                "first_run_s": 0.0}, copy.run(feeds)  # fmt: skip
         else:
-            result, every = run_fresh(output, target, [feeds], timing)
+            result, every = run_fresh(output, target, [feeds], timing, code_for(target, plan.record), concurrency)
             outputs = every[0]
+            if concurrency:
+                export_rates.append(result["per_s"])
         export_ms.append(result["median_ms"])
         first = first or (result, outputs)
     result, outputs = first
     agreement = compare_outputs(plan.reference_outputs, outputs)
     if not agreement.within():
         raise RlcompileError(f"the export in {output} disagrees with the plan (max rel err {agreement.max_rel:.1e})")
+    rates = (float(np.median(export_rates)), float(np.median(plan_rates))) if concurrency else (None, None)
     return ExportCheck(agreement, float(np.median(export_ms)), float(np.median(plan_ms)), result["import_s"],
-                       result["first_run_s"])  # fmt: skip
+                       result["first_run_s"], *rates)  # fmt: skip

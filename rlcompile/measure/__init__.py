@@ -21,6 +21,7 @@ from rlcompile.measure.contest import (
     time_in_turns,
 )
 from rlcompile.measure.load import MachineLoad, cpu_ticks, machine_load
+from rlcompile.measure.throughput import Server, ServingStats, ThroughputStandings, throughput_contest
 from rlcompile.measure.timing import (
     DEFAULT,
     QUICK,
@@ -46,8 +47,11 @@ __all__ = [
     "LatencyStats",
     "MachineLoad",
     "MeasureConfig",
+    "Server",
+    "ServingStats",
     "Settle",
     "Standings",
+    "ThroughputStandings",
     "Timer",
     "contest",
     "cpu_ticks",
@@ -58,5 +62,6 @@ __all__ = [
     "run_contest",
     "spread_over",
     "summarize",
+    "throughput_contest",
     "time_in_turns",
 ]  # fmt: skip

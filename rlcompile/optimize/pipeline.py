@@ -27,6 +27,9 @@ from rlcompile.optimize.stages import RunState, StageContext, StageSettings, run
 from rlcompile.plan import fingerprint, is_plan_dir, write_plan
 
 WORK = "work"
+#: The budget's share kept for serving under ``--objective throughput`` (every plan and configuration pair serves
+#: four rounds of blocks; :mod:`rlcompile.optimize.serving`).
+SERVING_SHARE = 0.2
 STATE = "state.json"
 #: every event of every run into this output, one JSON line each with its time since the run began
 EVENTS = "events.jsonl"
@@ -150,16 +153,28 @@ def run_stages(request: OptimizeRequest, model: LoadedModel, key: dict, started:
     output, work = Path(request.output), Path(request.output) / WORK
     work.mkdir(parents=True, exist_ok=True)
     journal = EventJournal(work / EVENTS, started, progress)
+    throughput = request.settings.objective == "throughput"
+    serving_s = request.budget.usable_s * SERVING_SHARE if throughput else 0.0
     context = StageContext(model, request.settings, request.budget, work, RunState(work / STATE), journal,
-                           tuple(request.levels), deadline=started + request.budget.usable_s)  # fmt: skip
+                           tuple(request.levels), deadline=started + request.budget.usable_s - serving_s)  # fmt: skip
+    serving = None
     try:
         records = {stage.name: run_stage(stage, context) for stage in stages_for(tuple(request.levels))}
+        if throughput:
+            from rlcompile.optimize.serving import choose_serving
+
+            concurrency = request.settings.concurrency or request.settings.threads
+            left = started + request.budget.usable_s - time.monotonic()
+            choice = choose_serving(context.selection, concurrency, max(left, 0.0), journal)
+            if choice is not None:
+                context.selection.chosen = choice.candidate
+                serving = choice.to_json()
     finally:
         journal.close()
     selection = context.selection
     record = OptimizeRecord(key, describe(request), request.budget.to_dict(), records,
                             stage_latencies(selection, records), time.monotonic() - started)  # fmt: skip
-    manifest = write_plan(selection, output, record)
+    manifest = write_plan(selection, output, record, serving)
     from rlcompile.report.optimize import write_report
 
     write_report(output, manifest)

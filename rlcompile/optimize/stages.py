@@ -66,6 +66,10 @@ class StageSettings:
     data: str | None = None
     metric: str = "rel-l2"
     tolerance: float = DEFAULT_TOLERANCE
+    #: what the plan is judged on (``--objective``): single-request latency, or inferences per second with
+    #: ``concurrency`` requests in flight (:mod:`rlcompile.optimize.serving`)
+    objective: str = "latency"
+    concurrency: int | None = None
 
     @property
     def exact(self) -> bool:
@@ -76,7 +80,8 @@ class StageSettings:
         """The settings as the manifest and the run key record them (timing is not part of a run's identity;
         the accuracy contract only when it allows a lowered precision)."""
         return {key: value for key, value in asdict(self).items()
-                if key != "timing" and not (self.exact and key in CONTRACT_FIELDS)}  # fmt: skip
+                if key != "timing" and not (self.exact and key in CONTRACT_FIELDS)
+                and not (self.objective == "latency" and key in SERVING_FIELDS)}  # fmt: skip
 
     @property
     def contract(self) -> AccuracyContract:
@@ -84,6 +89,8 @@ class StageSettings:
 
 
 CONTRACT_FIELDS = ("precision", "data", "metric", "tolerance")
+#: Settings that only a throughput objective reads (a latency run's key and manifest stay as they were).
+SERVING_FIELDS = ("objective", "concurrency")
 
 
 class RunState:
