@@ -57,7 +57,11 @@ def served_candidates(selection: Selection) -> list[Candidate]:
         mine = [c for c in single if c.engine.compiled[0].segment.library == library]
         picked += [c for c in mine if c.untouched][:1]
         picked += sorted(mine, key=lambda c: c.measured.median_ms)[:1]
-    return list(dict.fromkeys(picked))
+    unique: list[Candidate] = []
+    for candidate in picked:
+        if not any(candidate is seen for seen in unique):
+            unique.append(candidate)
+    return unique
 
 
 def choose_serving(selection: Selection, concurrency: int, seconds: float, progress: Listener) -> ServingChoice | None:
