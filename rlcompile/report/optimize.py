@@ -162,9 +162,24 @@ def write_report(output: Path, manifest: Manifest) -> None:
         lines += ["", "## Kernel headroom: what the libraries leave to tuning", "", *headroom_lines(kernel.headroom)]
     if "tvm" in manifest.runtimes or any("tvm" in row["ms"] for row in manifest.selection["groups"]):
         lines += ["", "## Where TVM's tuned kernels win", "", *tvm_win_lines(manifest.selection["groups"])]
+    if manifest.serving is not None:
+        lines += ["", "## Serving requests in flight", "", *serving_lines(manifest.serving)]
     lines += ["", "## Deploy", "", *deploy_lines(output, manifest), ""]
     (output / REPORT).write_text("\n".join(lines))
     plot(output / FIGURE, manifest)
+
+
+def serving_lines(serving: dict) -> list[str]:
+    """``--objective throughput``: every plan and configuration pair's rate and latency, the one kept first."""
+    rows = sorted(serving["servers"].items(), key=lambda item: -item[1]["per_s"])
+    noise = serving.get("noise")
+    said = f"{serving['concurrency']} requests in flight; kept **{serving['kept']}**."
+    if noise is not None:
+        said += f" Two identical servers differed by {100 * noise:.1f}% in this run."
+    return [said, "",
+            *markdown_table(["plan: serving", "inferences/s", "median ms", "p99 ms"],
+                            [[label, f"{stats['per_s']:.1f}", ms(stats["p50_ms"]), ms(stats["p99_ms"])]
+                             for label, stats in rows])]  # fmt: skip
 
 
 def plot(path: Path, manifest: Manifest) -> None:
