@@ -167,11 +167,10 @@ def print_profile_result(manifest, args: argparse.Namespace) -> int:
     """What ``optimize`` says of a shape profile's plan: per bucket against both natives, and the weighted figure."""
     from rlcompile.export import export_command
     from rlcompile.report.optimize import markdown_table
-    from rlcompile.report.shapes import bucket_rows
+    from rlcompile.report.shapes import bucket_header, bucket_rows
 
     shapes = manifest.shapes
-    header = ["bucket", "weight", "served by", "ms", "ORT", "OpenVINO", "ratio", "twins"]
-    stdout.print("\n".join(markdown_table(header, bucket_rows(manifest))), highlight=False)
+    stdout.print("\n".join(markdown_table(bucket_header(manifest), bucket_rows(manifest))), highlight=False)
     weighted = shapes["weighted_ms"]
     stdout.print(f"{manifest.model}: weighted over the buckets {weighted['plan']:.3f} ms against the faster native's "
                  f"{weighted['faster_native']:.3f} ms per bucket ({shapes['ratio']:.3f}x); "

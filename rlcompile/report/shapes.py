@@ -10,14 +10,26 @@ from rlcompile.report.optimize import REPORT, markdown_table
 
 
 def bucket_rows(manifest: Manifest) -> list[list[object]]:
-    """Per bucket: weight, the variant serving it, its ms, each native's ms, ratio to the faster, twins' spread."""
+    """Per bucket: weight, the variant serving it, its ms, each native's ms, ratio to the faster, twins' spread, and
+    for a plan below fp32 the serving variant's error there."""
     rows = []
+    errors = {entry["bucket"]["label"]: entry["errors"] for entry in manifest.shapes["buckets"]}
     for row in manifest.shapes["per_bucket"]:
         natives = row["natives"]
-        rows.append([row["bucket"], f"{row['weight']:.3f}", row["variant"], f"{row['ms']:.3f}",
-                     f"{natives.get('ort', float('nan')):.3f}", f"{natives.get('openvino', float('nan')):.3f}",
-                     f"{row['ratio']:.3f}x", f"{100 * row['noise']:.1f}%"])  # fmt: skip
+        cells = [row["bucket"], f"{row['weight']:.3f}", row["variant"], f"{row['ms']:.3f}",
+                 f"{natives.get('ort', float('nan')):.3f}", f"{natives.get('openvino', float('nan')):.3f}",
+                 f"{row['ratio']:.3f}x", f"{100 * row['noise']:.1f}%"]  # fmt: skip
+        if manifest.accuracy is not None:
+            error = errors.get(row["bucket"], {}).get(row["variant"])
+            cells.append("fp32" if error is None else f"{error:.4g}")
+        rows.append(cells)
     return rows
+
+
+def bucket_header(manifest: Manifest) -> list[str]:
+    header = ["bucket", "weight", "served by", "ms", "ORT native ms", "OpenVINO native ms", "ratio to faster native",
+              "twins"]  # fmt: skip
+    return header + ([f"error ({manifest.accuracy.metric})"] if manifest.accuracy is not None else [])
 
 
 def shapes_lines(manifest: Manifest) -> list[str]:
@@ -32,8 +44,7 @@ def shapes_lines(manifest: Manifest) -> list[str]:
                             for region in entry["regions"])  # fmt: skip
         lines.append(f"- `{entry['file']}`: {entry['label']}, serves {regions}")
     lines += ["", "## Per bucket", ""]
-    lines += markdown_table(["bucket", "weight", "served by", "ms", "ORT native ms", "OpenVINO native ms",
-                             "ratio to faster native", "twins"], bucket_rows(manifest))  # fmt: skip
+    lines += markdown_table(bucket_header(manifest), bucket_rows(manifest))
     if manifest.accuracy is not None:
         accuracy = manifest.accuracy
         lines += ["", f"Accuracy: {accuracy.metric} {accuracy.error:.4g} at the worst bucket (fp32 "
