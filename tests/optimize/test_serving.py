@@ -57,3 +57,18 @@ def test_latency_stays_the_default_and_out_of_the_run_key() -> None:
     assert "objective" not in described and "concurrency" not in described
     assert SETTINGS.describe()["objective"] == "throughput"
     assert np.isfinite(SETTINGS.describe()["concurrency"])
+
+
+def test_run_serves_the_plan_beside_the_natives_configurations(served, tmp_path: Path) -> None:
+    import json
+
+    from rlcompile.cli import main
+    from rlcompile.saved import PLAN_SERVER
+
+    _, output = served
+    assert main(["run", str(output), "--objective", "throughput", "--quick", "--json", str(tmp_path / "r.json")]) == 0
+    measured = json.loads((tmp_path / "r.json").read_text())
+    servers = measured["servers"]
+    assert PLAN_SERVER in servers and measured["noise"] is not None
+    assert {"ort native: 1 session x 2 threads", "openvino native: throughput"} <= set(servers)
+    assert all(stats["per_s"] > 0 for stats in servers.values())
