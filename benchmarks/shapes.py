@@ -17,9 +17,12 @@ detector at two resolutions, a corpus vision transformer at several batch sizes)
    that shape (fp32), and both plans through ``rlcompile.load(...).run``: ms, each plan over the faster native,
    the twins' spread (the larger of the two runtimes') and whether the plan is slower beyond it.
 
+4. each export run by its runtime alone in a fresh process (its README's lines) at every shape of the grid, its
+   outputs compared with ONNX Runtime's on the original model.
+
 Writes ``OUT/shapes.json`` (merged by model, so ``--models`` runs can be split) and ``OUT/shapes.png`` (latency
-against shape, one line per contender). A model whose entry is already in the JSON with the same settings is
-skipped; its plans are kept in ``--work`` (default ``OUT/work``) and a plan already there is reused by optimize.
+against shape, one line per contender). Each step of a model already in the JSON with the same settings is kept, so
+an interrupted run goes on where it stopped; the plans are kept in ``--work`` (default ``OUT/work``).
 """
 
 from __future__ import annotations
@@ -128,6 +131,29 @@ def optimize(case: Case, model: str, data: Path | None, output: Path, budget: fl
     return result
 
 
+def export_agrees(case: Case, model: str, export: dict, plan: Path) -> dict:
+    """The export run by its README's lines alone, in a fresh process, at every shape of the grid: the largest relative
+    error against ONNX Runtime on the original model, per shape."""
+    import re
+
+    from rlcompile.export import run_fresh
+    from rlcompile.measure import QUICK
+    from rlcompile.runtimes.ort import run_proto
+    from rlcompile.shapes.api import load_dynamic
+    from rlcompile.verify import compare_outputs
+
+    folder = plan.with_name(f"{plan.name}_{export['target']}")
+    code = re.search(r"```python\n(.*?)outputs = run\(feeds\)", (folder / "README.md").read_text(), re.S).group(1)
+    cases = [case.feeds(values) for values in case.grid]
+    _, outputs = run_fresh(folder, export["target"], cases, QUICK, code)
+    proto = load_dynamic(model)[0]
+    found = {}
+    for values, feeds, actual in zip(case.grid, cases, outputs, strict=True):
+        agreement = compare_outputs(run_proto(proto, feeds), actual)
+        found["x".join(map(str, values))] = {"max_rel": agreement.max_rel, "within": agreement.within()}
+    return found
+
+
 def natives(model: bytes, feeds: dict[str, np.ndarray]) -> dict:
     """ONNX Runtime and OpenVINO (fp32) on the dynamic model, twice each, and OpenVINO reshaped to ``feeds``."""
     import onnxruntime as ort
@@ -217,26 +243,38 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"budget_s": args.budget, "rounds": args.rounds, "block_s": args.block}
     for name in names:
         case = CASES[name]
-        if results.get(name, {}).get("settings") == settings and results[name].get("grid"):
-            print(f"{name}: already measured with these settings, kept")
-            continue
         work = (args.work or args.out / "work") / name.replace(":", "-")
         work.mkdir(parents=True, exist_ok=True)
         model, data = prepare(case, work)
-        entry = {"settings": settings, "profile": list(case.profile), "metric": case.metric if data else "rel-l2"}
+        entry = results.get(name, {}) if results.get(name, {}).get("settings") == settings else {}
+        entry |= {"settings": settings, "profile": list(case.profile), "metric": case.metric if data else "rel-l2"}
+
+        def save(entry=entry, name=name) -> None:
+            results[name] = entry
+            payload = {"machine": {"cpu": cpu_model(), "cores": host_cores()}, "models": results}
+            atomic.write_json(target, payload, indent=1)
+
         plans = {}
         for precision in ("fp32", "auto"):
             output = work / f"plan-{precision}"
-            entry[precision] = optimize(case, model, data, output, args.budget, precision)
+            if precision not in entry:
+                entry[precision] = optimize(case, model, data, output, args.budget, precision)
+                save()
             print(f"{name} {precision}: exit {entry[precision]['status']} in {entry[precision]['wall_s']:.0f} s "
                   f"(budget {args.budget:.0f} s), weighted {entry[precision].get('ratio', float('nan')):.3f}x the "
                   f"faster native; {entry[precision].get('variants')}", flush=True)  # fmt: skip
             if entry[precision]["status"] == 0:
                 plans[f"plan {precision}"] = output
-        entry["grid"] = time_grid(case, model, plans, args.rounds, args.block)
-        results[name] = entry
-        payload = {"machine": {"cpu": cpu_model(), "cores": host_cores()}, "models": results}
-        atomic.write_json(target, payload, indent=1)
+        if "grid" not in entry:
+            entry["grid"] = time_grid(case, model, plans, args.rounds, args.block)
+            save()
+        for precision in ("fp32", "auto"):
+            export = entry[precision].get("export", {})
+            if export.get("status") == 0 and "agrees" not in export:
+                export["agrees"] = export_agrees(case, model, export, work / f"plan-{precision}")
+                print(f"{name} {precision} export: agrees with ONNX Runtime at "
+                      f"{sum(v['within'] for v in export['agrees'].values())} of {len(case.grid)} shapes", flush=True)
+                save()
         plot(results, args.out / "shapes.png")
     print(f"wrote {target} and {args.out / 'shapes.png'}")
     return 0
