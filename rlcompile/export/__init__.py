@@ -163,9 +163,10 @@ def prepare_output(output: Path) -> None:
         raise RlcompileError(f"-o {output} cannot be written: {error.strerror or error}") from None
 
 
-def copy_plan(plan_dir: Path, output: Path) -> list[str]:
+def copy_plan(plan_dir: Path, output: Path, names: tuple[str, ...] = PLAN_FILES) -> list[str]:
+    """The plan directory's ``names`` copied to ``output`` with a README; the files copied."""
     files = []
-    for name in PLAN_FILES:
+    for name in names:
         source = plan_dir / name
         if source.is_dir():
             shutil.copytree(source, output / name)
@@ -225,18 +226,22 @@ def write_openvino(segment: onnx.ModelProto, manifest: Manifest, output: Path) -
 WRITERS = {"onnxruntime": write_onnxruntime, "openvino": write_openvino}
 
 
+#: The lines that read ``onnxruntime.json`` into session options, shared by every ONNX Runtime export's README.
+ORT_OPTIONS = textwrap.dedent('''\
+    config = json.load(open("onnxruntime.json"))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = config["intra_op_num_threads"]
+    options.inter_op_num_threads = config["inter_op_num_threads"]
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, config["graph_optimization_level"])
+    for key, value in config["session_config_entries"].items():
+        options.add_session_config_entry(key, value)
+    ''')  # fmt: skip
+
+
 def snippet(target: str) -> str:
     """The lines that load and run the export with its runtime alone (``feeds``: input name -> numpy array)."""
     if target == "onnxruntime":
-        return textwrap.dedent('''\
-            import json, onnxruntime as ort
-            config = json.load(open("onnxruntime.json"))
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = config["intra_op_num_threads"]
-            options.inter_op_num_threads = config["inter_op_num_threads"]
-            options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, config["graph_optimization_level"])
-            for key, value in config["session_config_entries"].items():
-                options.add_session_config_entry(key, value)
+        return "import json, onnxruntime as ort\n" + ORT_OPTIONS + textwrap.dedent('''\
             session = ort.InferenceSession("model.onnx", options, providers=config["providers"])
             run = lambda feeds: session.run(None, feeds)  # feeds: {input name: numpy array}
             ''')  # fmt: skip
@@ -260,13 +265,7 @@ def serving_snippet(target: str) -> str:
     """The lines that serve the export to several threads at once as the plan was measured (``--objective
     throughput``): ONNX Runtime's sessions taken in turn, or one OpenVINO infer request per thread."""
     if target == "onnxruntime":
-        return textwrap.dedent('''\
-            import itertools, json, onnxruntime as ort
-            config = json.load(open("onnxruntime.json"))
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = config["intra_op_num_threads"]
-            options.inter_op_num_threads = config["inter_op_num_threads"]
-            options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, config["graph_optimization_level"])
+        return "import itertools, json, onnxruntime as ort\n" + ORT_OPTIONS + textwrap.dedent('''\
             sessions = [ort.InferenceSession("model.onnx", options, providers=config["providers"])
                         for _ in range(config["sessions"])]
             turn = itertools.count()

@@ -10,7 +10,6 @@ The check runs every bucket's saved inputs in the fresh process and compares eac
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from rlcompile.export import (
     TARGET_RUNTIME,
     ExportCheck,
     ExportResult,
+    copy_plan,
     prepare_output,
     run_fresh,
     snippet,
@@ -56,7 +56,7 @@ def export_shaped(plan_dir: Path, manifest: Manifest, target: str, output: Path,
     prepare_output(output)
     entries = manifest.shapes["variants"]
     if target == "plan":
-        files, code = copy_shaped(plan_dir, output), snippet("plan")
+        files, code = copy_plan(plan_dir, output, PLAN_FILES), snippet("plan")
     elif len(entries) == 1:
         files, code = write_single(plan_dir, manifest, target, output), snippet(target)
     else:
@@ -64,20 +64,6 @@ def export_shaped(plan_dir: Path, manifest: Manifest, target: str, output: Path,
     write_readme(output, target, code, files)
     progress(Phase("export", f"checking {output}/ with {target} alone in a fresh process at every bucket", "check"))
     return ExportResult(target, output, [*files, README], check_shaped(target, output, plan, timing, code))
-
-
-def copy_shaped(plan_dir: Path, output: Path) -> list[str]:
-    files = []
-    for name in PLAN_FILES:
-        source = plan_dir / name
-        if source.is_dir():
-            shutil.copytree(source, output / name)
-        elif source.is_file():
-            shutil.copy2(source, output / name)
-        else:
-            continue
-        files.append(name)
-    return files
 
 
 def write_model(target: str, proto: onnx.ModelProto, stem: Path) -> list[str]:
