@@ -102,13 +102,21 @@ def time_shaped(plan: ShapedPlan, config: MeasureConfig, progress: Listener = ig
     return ShapedTimings(timings, accuracy)
 
 
-def shaped_paths(paths: Sequence[str]) -> bool:
-    """Whether ``paths`` is one plan directory for a shape profile."""
+def is_shaped(path: str) -> bool:
+    """Whether ``path`` is a plan directory for a shape profile."""
     from rlcompile.manifest import Manifest
 
-    if len(paths) != 1 or not Path(paths[0]).is_dir():
-        return False
     try:
-        return Manifest.load(paths[0]).shapes is not None
+        return Path(path).is_dir() and Manifest.load(path).shapes is not None
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def shaped_paths(paths: Sequence[str]) -> bool:
+    """Whether ``paths`` is one plan directory for a shape profile; several saved results among which one is such a
+    plan are refused in one line (they are timed at every bucket, one plan at a time)."""
+    shaped = [path for path in paths if is_shaped(path)]
+    if shaped and len(paths) > 1:
+        raise RlcompileError(f"{shaped[0]} is a plan for a shape profile: run it alone (rlcompile run {shaped[0]}), "
+                             "it is timed at every bucket beside both natives")  # fmt: skip
+    return bool(shaped)
