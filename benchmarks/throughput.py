@@ -17,7 +17,9 @@ Per model:
    hints (the configurations users set by hand); ONNX Runtime's default with one caller (what a latency objective
    measures). Inferences per second and each request's median and p99 latency.
 
-Writes ``OUT/throughput.json`` (merged by model) and ``OUT/throughput.png`` (inferences per second per server).
+Writes ``OUT/throughput.json`` (merged by model) and ``OUT/throughput.png`` (inferences per second per server). A
+model's optimize runs already in the JSON (their plans in ``OUT/work``) are kept, so an interrupted run goes on where it
+stopped; ``--contest-again`` serves the kept plans again.
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("results/throughput"))
+    parser.add_argument("--contest-again", action="store_true", help="serve the kept plans again")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.models.split(",") if name.strip()]
     if unknown := [name for name in names if name not in MODELS]:
@@ -151,15 +154,18 @@ def main(argv: list[str] | None = None) -> int:
         work = args.out / "work" / name
         work.mkdir(parents=True, exist_ok=True)
         model, data = prepare(name, work)
-        entry, plans = {"concurrency": args.concurrency}, {}
+        entry = results.get(name, {}) if results.get(name, {}).get("concurrency") == args.concurrency else {}
+        entry["concurrency"], plans = args.concurrency, {}
         for precision in ("fp32", "auto"):
             output = work / f"plan-{precision}"
-            entry[precision] = optimize(name, model, data, output, args, precision)
+            if entry.get(precision, {}).get("status") != 0 or not (output / "manifest.json").is_file():
+                entry[precision] = optimize(name, model, data, output, args, precision)
             print(f"{name} {precision}: exit {entry[precision]['status']} in {entry[precision]['wall_s']:.0f} s; "
                   f"{entry[precision].get('serving', {}).get('kept')}", flush=True)  # fmt: skip
             if entry[precision]["status"] == 0:
                 plans[f"plan {precision}"] = output
-        entry["contest"] = contest(plans, args.concurrency, args.block, args.rounds)
+        if "contest" not in entry or args.contest_again:
+            entry["contest"] = contest(plans, args.concurrency, args.block, args.rounds)
         for label, stats in entry["contest"]["servers"].items():
             print(f"  {name} {label}: {stats['per_s']:.1f}/s, p50 {stats['p50_ms']:.2f} ms, "
                   f"p99 {stats['p99_ms']:.2f} ms")

@@ -164,8 +164,7 @@ def run_stages(request: OptimizeRequest, model: LoadedModel, key: dict, started:
             from rlcompile.optimize.serving import choose_serving
 
             concurrency = request.settings.concurrency or request.settings.threads
-            left = started + request.budget.usable_s - time.monotonic()
-            choice = choose_serving(context.selection, concurrency, max(left, 0.0), journal)
+            choice = choose_serving(context.selection, concurrency, started + request.budget.usable_s, journal)
             if choice is not None:
                 context.selection.chosen = choice.candidate
                 serving = choice.to_json()

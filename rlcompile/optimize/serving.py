@@ -25,6 +25,9 @@ from rlcompile.runtimes.serving import Serving, servers, serving_candidates
 #: :data:`MIN_BLOCK_S` (a block holds at least a few dozen requests of a 10 ms model).
 ROUNDS = 4
 MIN_BLOCK_S = 0.3
+#: A block takes about this much longer than its serving time (the threads' start, a warm-up call each, the last
+#: request finishing after the block's end).
+BLOCK_OVERHEAD = 1.15
 SERVED = ("ort", "openvino")
 TWIN = " (identical)"
 
@@ -64,9 +67,10 @@ def served_candidates(selection: Selection) -> list[Candidate]:
     return unique
 
 
-def choose_serving(selection: Selection, concurrency: int, seconds: float, progress: Listener) -> ServingChoice | None:
-    """Every (plan, serving) pair served ``concurrency`` requests in flight; the one that served the most per second
-    (``None`` when no plan of one segment on ONNX Runtime or OpenVINO is at hand)."""
+def choose_serving(selection: Selection, concurrency: int, deadline: float, progress: Listener) -> ServingChoice | None:
+    """Every (plan, serving) pair served ``concurrency`` requests in flight, its blocks fitted to end by ``deadline``
+    (``time.monotonic()``) once the pairs are compiled; the one that served the most per second (``None`` when no plan
+    of one segment on ONNX Runtime or OpenVINO is at hand)."""
     candidates = served_candidates(selection)
     if not candidates:
         return None
@@ -82,7 +86,7 @@ def choose_serving(selection: Selection, concurrency: int, seconds: float, progr
     twin_source = pairs[reference.label]
     twin = Server(reference.label + TWIN, tuple(servers(twin_source[1], twin_source[0].engine.compiled[0].segment.proto,
                                                         feeds, concurrency)), twin_of=reference.label)  # fmt: skip
-    block_s = max(MIN_BLOCK_S, seconds / (ROUNDS * (len(contenders) + 1)))
+    block_s = max(MIN_BLOCK_S, (deadline - time.monotonic()) / (ROUNDS * (len(contenders) + 1)) / BLOCK_OVERHEAD)
     progress(Phase("serving", f"serving {concurrency} requests in flight: {len(contenders)} plan and configuration "
                               f"pairs, {ROUNDS} rounds of {block_s:.1f} s blocks", "throughput"))  # fmt: skip
     started = time.monotonic()
