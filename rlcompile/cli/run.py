@@ -72,8 +72,12 @@ def command_run(args: argparse.Namespace) -> int:
     from rlcompile.compare import compare_backends
     from rlcompile.saved import is_saved
 
+    check_objective(args)
     if any(is_saved(path) for path in args.model):
         return run_saved(args)
+    if args.objective != "latency":
+        raise RlcompileError("run --objective throughput takes a plan directory (from optimize); time a model's "
+                             "runtimes serving requests with optimize --objective throughput")  # fmt: skip
     if len(args.model) > 1:
         raise RlcompileError("run takes one model, or several saved results (plan directories, kernel .tar "
                              "artefacts); to compare backends on a model use `rlcompile compare`")  # fmt: skip

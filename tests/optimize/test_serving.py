@@ -20,7 +20,7 @@ SETTINGS = StageSettings(threads=2, libraries="ort,openvino", timing=BLOCKS, obj
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     output = tmp_path_factory.mktemp("serving") / "plan"
-    return optimize(OptimizeRequest("lenet5", output, budget_s=60.0, levels=("layer",), settings=SETTINGS)), output
+    return optimize(OptimizeRequest("lenet5", output, budget_s=35.0, levels=("layer",), settings=SETTINGS)), output
 
 
 def test_the_pair_that_served_the_most_per_second_is_kept_and_recorded(served) -> None:
