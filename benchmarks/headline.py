@@ -26,6 +26,10 @@ TRANSFORMER_COMMAND = "python benchmarks/precision.py --models minilm --out resu
 TRANSFORMERS = ("minilm",)
 CORPUS_JSON = "results/real_world/real_world.json"
 CORPUS_COMMAND = "python benchmarks/real_world.py"
+SHAPES_JSON = "results/shapes/zen4/shapes.json"
+SHAPES_COMMAND = "python benchmarks/shapes.py --out results/shapes/zen4"
+THROUGHPUT_JSON = "results/throughput/zen4/throughput.json"
+THROUGHPUT_COMMAND = "python benchmarks/throughput.py --out results/throughput/zen4"
 
 
 def load(path: str) -> dict:
@@ -104,11 +108,43 @@ def corpus_rows() -> list[list[str]]:
 
 
 
+def shapes_rows() -> list[list[str]]:
+    """Plans for shape profiles: each model's fp32 and ``--precision auto`` plans over the faster native at every shape
+    of its grid (the machine is the run's, named with the JSON)."""
+    data = load(SHAPES_JSON)
+    where = f"2-core {data['machine']['cpu'].split()[0]} {data['machine']['cpu'].split()[1]}"
+    rows = []
+    for name, entry in data["models"].items():
+        ratios = {plan: [row["ms"][f"plan {plan}"] / min(row["ms"]["ort native"], row["ms"]["openvino native"])
+                         for row in entry["grid"]] for plan in ("fp32", "auto")}  # fmt: skip
+        figure = (f"at each of {len(entry['grid'])} shapes: fp32 {min(ratios['fp32']):.2f}-{max(ratios['fp32']):.2f}x, "
+                  f"auto {min(ratios['auto']):.2f}-{max(ratios['auto']):.2f}x the faster native")  # fmt: skip
+        profile = entry["profile"][0].split("=", 1)[1].replace("|", "\\|")
+        rows.append([f"shape profile `{profile}` on {name}", figure, where, SHAPES_JSON, SHAPES_COMMAND])
+    return rows
+
+
+def throughput_rows() -> list[list[str]]:
+    """``--objective throughput``: each model's plans over the best native serving configuration."""
+    data = load(THROUGHPUT_JSON)
+    where = f"2-core {data['machine']['cpu'].split()[0]} {data['machine']['cpu'].split()[1]}"
+    rows = []
+    for name, entry in data["models"].items():
+        servers, best = entry["contest"]["servers"], entry["contest"]["best_native"]
+        ratio = {plan: servers[f"plan {plan}"]["per_s"] / servers[best]["per_s"] for plan in ("fp32", "auto")}
+        figure = (f"fp32 {ratio['fp32']:.2f}x, auto {ratio['auto']:.2f}x the inferences/s of the best native serving "
+                  f"configuration ({best.replace(' native:', '')})")  # fmt: skip
+        rows.append([f"`--objective throughput`, {entry['concurrency']} in flight, on {name}", figure, where,
+                     THROUGHPUT_JSON, THROUGHPUT_COMMAND])  # fmt: skip
+    return rows
+
+
 def table() -> str:
     """The headline table as markdown, between the README's markers."""
     lines = ["| result | figure | JSON |", "|---|---|---|"]
     sources: dict[str, tuple[str, str | None]] = {}
-    for what, figure, where, path, command in optimize_rows() + precision_rows() + corpus_rows():
+    for what, figure, where, path, command in (optimize_rows() + precision_rows() + shapes_rows() + throughput_rows()
+                                               + corpus_rows()):  # fmt: skip
         lines.append(f"| {what} | {figure} | [{Path(path).parent.name}/{Path(path).name}]({path}) |")
         sources[path] = (command, where)
     lines.append("")
