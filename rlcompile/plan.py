@@ -192,7 +192,7 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan | Shap
     if manifest.shapes is not None:
         from rlcompile.shapes.saved import load_shaped_plan
 
-        return load_shaped_plan(path, manifest, threads)
+        return load_shaped_plan(path, manifest, inputs, outputs, threads)
     check_machine(manifest, path)
     threads = threads or manifest.threads
     compiled = []

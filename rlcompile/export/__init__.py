@@ -191,16 +191,19 @@ def code_for(target: str, manifest: Manifest) -> str:
     return serving_snippet(target) if serving_of(manifest) is not None and target != "plan" else snippet(target)
 
 
+def ort_config(threads: int) -> dict:
+    """``onnxruntime.json``: the session options a plan run whole by ONNX Runtime was measured with."""
+    return {"providers": ["CPUExecutionProvider"], "intra_op_num_threads": threads, "inter_op_num_threads": 1,
+            "graph_optimization_level": "ORT_ENABLE_ALL", "session_config_entries": {},
+            "spinning": "ONNX Runtime's default: the workers spin briefly between runs (the plan runs alone, "
+                        "so the cores are its own); add session.intra_op.allow_spinning=0 when other work "
+                        "shares them"}  # fmt: skip
+
+
 def write_onnxruntime(segment: onnx.ModelProto, manifest: Manifest, output: Path) -> list[str]:
     onnx.save(segment, str(output / "model.onnx"))
     serving = serving_of(manifest)
-    config = {"providers": ["CPUExecutionProvider"],
-              "intra_op_num_threads": serving.threads if serving and serving.threads else manifest.threads,
-              "inter_op_num_threads": 1, "graph_optimization_level": "ORT_ENABLE_ALL",
-              "session_config_entries": {},
-              "spinning": "ONNX Runtime's default: the workers spin briefly between runs (the plan runs alone, "
-                          "so the cores are its own); add session.intra_op.allow_spinning=0 when other work "
-                          "shares them"}  # fmt: skip
+    config = ort_config(serving.threads if serving and serving.threads else manifest.threads)
     if serving is not None:
         config["sessions"] = serving.sessions
     (output / "onnxruntime.json").write_text(json.dumps(config, indent=1))

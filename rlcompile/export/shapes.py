@@ -25,6 +25,7 @@ from rlcompile.export import (
     ExportCheck,
     ExportResult,
     copy_plan,
+    ort_config,
     prepare_output,
     run_fresh,
     snippet,
@@ -82,8 +83,7 @@ def runtime_config(target: str, manifest: Manifest, precision: str = "fp32") -> 
     """The session options (ONNX Runtime) or compile configuration (OpenVINO) the plan was measured with."""
     if target == "openvino":
         return openvino_config(RuntimeOptions(manifest.threads, exclusive=True, precision=precision))
-    return {"providers": ["CPUExecutionProvider"], "intra_op_num_threads": manifest.threads,
-            "inter_op_num_threads": 1, "graph_optimization_level": "ORT_ENABLE_ALL", "session_config_entries": {}}
+    return ort_config(manifest.threads)
 
 
 def write_single(plan_dir: Path, manifest: Manifest, target: str, output: Path) -> list[str]:

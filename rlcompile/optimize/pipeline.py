@@ -125,7 +125,8 @@ def optimize_profile(request: OptimizeRequest, started: float, progress: Listene
     output = Path(request.output)
     if output.exists() and not output.is_dir():
         raise RlcompileError(f"-o {output} exists and is not a directory")
-    proto, name, _ = load_dynamic(request.model)
+    loaded = load_dynamic(request.model)
+    proto, name, _ = loaded
     build_profile(request.profile, graph_inputs(proto))  # a bad profile is refused before anything is said or written
     key = {"fingerprint": hashlib.sha256(proto.SerializeToString()).hexdigest()[:16], "profile": list(request.profile),
            "budget_s": request.budget_s, **request.settings.describe()}  # fmt: skip
@@ -140,7 +141,7 @@ def optimize_profile(request: OptimizeRequest, started: float, progress: Listene
     shapes = ShapesRequest(request.model, output, request.profile, request.budget_s - (time.monotonic() - started),
                            settings.contract, settings.timing, settings.threads, settings.seed, libraries)  # fmt: skip
     with exclusive(output, "output directory"):
-        manifest = run_profile(shapes, key, progress)
+        manifest = run_profile(shapes, key, progress, loaded)
         from rlcompile.report.shapes import write_shapes_report
 
         write_shapes_report(output, manifest)

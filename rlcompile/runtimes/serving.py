@@ -87,23 +87,32 @@ def serving_candidates(runtime: str, concurrency: int, cores: int | None = None,
     return found
 
 
+def ort_sessions(serving: Serving, model: onnx.ModelProto) -> list:
+    """ONNX Runtime's ``serving.sessions`` sessions of ``model``, each with its threads."""
+    from rlcompile.runtimes.ort import create_session, session_options
+
+    serialized = model.SerializeToString()
+    threads = RuntimeOptions(serving.threads, exclusive=True).thread_count
+    return [create_session(serialized, session_options("all", threads), "the model") for _ in range(serving.sessions)]
+
+
+def openvino_compiled(serving: Serving, model: onnx.ModelProto):
+    """``model`` compiled by OpenVINO with ``serving``'s configuration."""
+    import openvino as ov
+
+    core = ov.Core()
+    return core.compile_model(core.read_model(model=model.SerializeToString()), "CPU", serving.openvino_config())
+
+
 def servers(serving: Serving, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
             concurrency: int) -> list[Callable[[], object]]:  # fmt: skip
     """One caller per request in flight, serving ``feeds`` with ``model`` as ``serving`` says."""
     if serving.runtime == "ort":
-        from rlcompile.runtimes.ort import create_session, session_options
-
-        serialized = model.SerializeToString()
-        options = RuntimeOptions(serving.threads, exclusive=True)
-        sessions = [create_session(serialized, session_options("all", options.thread_count), "the model")
-                    for _ in range(serving.sessions)]  # fmt: skip
+        sessions = ort_sessions(serving, model)
         inputs, count = dict(feeds), len(sessions)
         return [lambda session=sessions[index % count]: session.run(None, inputs)
                 for index in range(concurrency)]  # fmt: skip
-    import openvino as ov
-
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(model=model.SerializeToString()), "CPU", serving.openvino_config())
+    compiled = openvino_compiled(serving, model)
     requests = [compiled.create_infer_request() for _ in range(concurrency)]
     inputs = dict(feeds)
     return [lambda request=request: request.infer(inputs, share_inputs=True) for request in requests]
@@ -122,19 +131,10 @@ class Pool:
         self.turn = itertools.count()
         self.local = threading.local()
         if serving.runtime == "ort":
-            from rlcompile.runtimes.ort import create_session, session_options
-
-            serialized = model.SerializeToString()
-            threads = RuntimeOptions(serving.threads, exclusive=True).thread_count
-            self.sessions = [create_session(serialized, session_options("all", threads), "the model")
-                             for _ in range(serving.sessions)]  # fmt: skip
+            self.sessions = ort_sessions(serving, model)
             self.input_names = [value.name for value in self.sessions[0].get_inputs()]
         else:
-            import openvino as ov
-
-            core = ov.Core()
-            self.compiled = core.compile_model(core.read_model(model=model.SerializeToString()), "CPU",
-                                               serving.openvino_config())  # fmt: skip
+            self.compiled = openvino_compiled(serving, model)
             self.input_names = [port.any_name for port in self.compiled.inputs]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -71,10 +71,12 @@ def load_dynamic(spec: str) -> tuple[onnx.ModelProto, str, Path]:
     return proto, spec if spec in PACKAGED else path.stem, path.resolve()
 
 
-def optimize_profile(request: ShapesRequest, key: dict, progress: Listener) -> Manifest:
-    """Judge every candidate at every bucket, keep the variants that serve the profile, write the plan."""
+def optimize_profile(request: ShapesRequest, key: dict, progress: Listener,
+                     loaded: tuple[onnx.ModelProto, str, Path] | None = None) -> Manifest:  # fmt: skip
+    """Judge every candidate at every bucket, keep the variants that serve the profile, write the plan (``loaded``:
+    :func:`load_dynamic`'s result when the caller has already read the model)."""
     started = time.monotonic()
-    proto, name, path = load_dynamic(request.model)
+    proto, name, path = loaded or load_dynamic(request.model)
     specs = graph_inputs(proto)
     profile = build_profile(request.profile, specs)
     buckets = profile.buckets()
@@ -162,8 +164,7 @@ def validation_arrays(samples: ProfileSamples, judge: Judge) -> dict[str, np.nda
     arrays = {}
     for index, sample in enumerate(samples.validation):
         arrays |= {f"{index}:sample:{name}": value for name, value in sample.items()}
-        feeds = {spec.name: sample[spec.name] for spec in samples.specs}
-        arrays |= {f"{index}:fp32:{k}": value for k, value in enumerate(judge.reference(feeds))}
+        arrays |= {f"{index}:fp32:{k}": value for k, value in enumerate(judge.reference(samples.inputs(sample)))}
     return arrays
 
 

@@ -100,7 +100,7 @@ class Judge:
         except RlcompileError as error:
             self.progress(Event("shapes", f"{variant.label} left out: {first_line(error)}"))
             return None
-        if copies == 1 and variant.static is None:
+        if copies == 1:  # a static one only while its bucket is judged (:meth:`judge_static` lets it go)
             self.runners[variant] = found[0]
         return found
 
@@ -166,8 +166,18 @@ class Judge:
 
     def judge_static(self, result: BucketResult, tops: Sequence[Variant], seconds: float) -> None:
         """Time ``tops`` (the fastest dynamic variants at the bucket, fastest first) reshaped to the bucket beside the
-        fastest and the faster native; adds each static variant that kept the contract to the result."""
-        statics = [top.at(result.bucket.label) for top in tops]
+        fastest and the faster native; adds each static variant that kept the contract to the result. Each is
+        compiled once, for its error and its contest, and let go after."""
+        tried = [top.at(result.bucket.label) for top in tops]
+        try:
+            self.time_statics(result, tops[0], tried, seconds)
+        finally:
+            for static in tried:
+                self.runners.pop(static, None)
+
+    def time_statics(self, result: BucketResult, fastest: Variant, statics: list[Variant], seconds: float) -> None:
+        """:meth:`judge_static`'s measurements: the lowered statics' errors, then one contest of those that kept the
+        contract beside ``fastest`` and the faster native."""
         feeds = self.samples.feeds(result.bucket)
         checks = self.samples.checks(result.bucket) if any(static.lowered for static in statics) else []
         references = [self.reference(self.samples.inputs(f)) for f in checks]
@@ -179,12 +189,12 @@ class Judge:
                 result.errors[static.label] = error
         statics = [static for static in statics if not static.lowered or result.accurate[static.label]]
         faster = min((v for v in NATIVES if v.label in result.ms), key=lambda v: result.ms[v.label])
-        contenders = self.contenders(list(dict.fromkeys([tops[0], faster])), result.bucket, feeds, statics)
+        contenders = self.contenders(list(dict.fromkeys([fastest, faster])), result.bucket, feeds, statics)
         timed = [static for static in statics if any(c.label == static.label for c in contenders)]
         if not timed:
             return
         standings = run_contest(contenders, self.fitted(len(contenders), seconds), DECISION_ROUNDS)
-        scale = result.ms[tops[0].label] / standings.median(tops[0].label)  # the first contest's scale for this bucket
+        scale = result.ms[fastest.label] / standings.median(fastest.label)  # the first contest's scale for this bucket
         for static in timed:
             result.ms[static.label] = standings.median(static.label) * scale
         result.statics = timed

@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from rlcompile import runtimes
 from rlcompile.errors import RlcompileError, first_line
 from rlcompile.machine import check_machine
 from rlcompile.manifest import MANIFEST, Manifest
@@ -32,8 +31,8 @@ from rlcompile.measure import Timer
 from rlcompile.models.onnx_model import TensorSpec
 from rlcompile.models.profile import ShapeProfile
 from rlcompile.precision.contract import VALIDATION
-from rlcompile.runtimes import Runner, RuntimeOptions
-from rlcompile.shapes.variants import Variant
+from rlcompile.runtimes import Runner
+from rlcompile.shapes.variants import Variant, compile_variant
 
 VARIANTS = "variants"
 REFERENCE = "reference.npz"
@@ -161,20 +160,18 @@ class ShapedPlan:
                 f"({'; '.join(item.variant.label for item in self.variants)}), {self.manifest.threads} threads")
 
 
-def load_shaped_plan(path: Path, manifest: Manifest, threads: int | None = None) -> ShapedPlan:
-    """Compile every variant of the shaped plan at ``path`` (its manifest already read)."""
+def load_shaped_plan(path: Path, manifest: Manifest, inputs: dict[str, np.ndarray], outputs: list[np.ndarray],
+                     threads: int | None = None) -> ShapedPlan:  # fmt: skip
+    """Compile every variant of the shaped plan at ``path`` (its manifest and reference already read by
+    :func:`~rlcompile.plan.load_plan`)."""
     check_machine(manifest, path)
     try:
         profile = ShapeProfile.from_json(manifest.shapes["profile"])
-        with np.load(path / REFERENCE) as arrays:
-            inputs = {key.split(":", 1)[1]: arrays[key] for key in arrays.files if key.startswith("input:")}
-            outputs = [arrays[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in arrays.files))]
         loaded = []
         for entry in manifest.shapes["variants"]:
             variant = Variant.from_json(entry["variant"])
-            options = RuntimeOptions(threads or manifest.threads, exclusive=True, precision=variant.precision)
             proto = onnx.load(str(path / entry["file"]))
-            runner = runtimes.create(variant.library).compile(proto, options, variant.label)
+            runner = compile_variant(variant, proto, threads or manifest.threads)[0]
             regions = [{axis: (int(r[0]), int(r[1])) for axis, r in region.items()} for region in entry["regions"]]
             loaded.append(LoadedVariant(variant, regions, runner))
     except (OSError, KeyError, ValueError, json.JSONDecodeError) as error:

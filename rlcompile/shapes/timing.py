@@ -10,8 +10,8 @@ from pathlib import Path
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Listener, Step, ignore
 from rlcompile.measure import REPORT_ROUNDS, Contender, MeasureConfig, run_contest
-from rlcompile.models.onnx_model import MAX_IR_VERSION, read_onnx
 from rlcompile.precision.contract import VALIDATION, Recheck, recheck
+from rlcompile.shapes.api import load_dynamic
 from rlcompile.shapes.judge import NATIVES, TWIN
 from rlcompile.shapes.saved import ShapedPlan
 from rlcompile.shapes.variants import compile_variant
@@ -74,8 +74,7 @@ def time_shaped(plan: ShapedPlan, config: MeasureConfig, progress: Listener = ig
     source = Path(plan.manifest.source)
     natives = []
     if source.is_file():
-        proto = read_onnx(source)
-        proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
+        proto = load_dynamic(str(source))[0]
         for variant in NATIVES:
             try:
                 natives.append((variant, compile_variant(variant, proto, plan.manifest.threads, 2)))
