@@ -133,7 +133,7 @@ def throughput_rows() -> list[list[str]]:
         servers, best = entry["contest"]["servers"], entry["contest"]["best_native"]
         ratio = {plan: servers[f"plan {plan}"]["per_s"] / servers[best]["per_s"] for plan in ("fp32", "auto")}
         figure = (f"fp32 {ratio['fp32']:.2f}x, auto {ratio['auto']:.2f}x the inferences/s of the best native serving "
-                  f"configuration ({best.replace(' native:', '')})")  # fmt: skip
+                  f"configuration ({best.replace(' native:', '')}; twins {100 * entry['contest']['noise']:.1f}%)")
         rows.append([f"`--objective throughput`, {entry['concurrency']} in flight, on {name}", figure, where,
                      THROUGHPUT_JSON, THROUGHPUT_COMMAND])  # fmt: skip
     return rows

@@ -66,9 +66,10 @@ def model_entry(model: LoadedModel) -> dict:
                        for s in model.inputs]}  # fmt: skip
 
 
-def save_plan(selection, output: Path, tuning_db: Path | None = None) -> Path:
-    """Write ``selection``'s chosen plan to ``output`` (see :func:`write_plan`); returns ``output``."""
-    write_plan(selection, output)
+def save_plan(selection, output: Path, serving: dict | None = None) -> Path:
+    """Write ``selection``'s chosen plan to ``output`` (see :func:`write_plan`), with how it serves concurrent
+    requests when chosen for throughput; returns ``output``."""
+    write_plan(selection, output, serving=serving)
     return Path(output)
 
 

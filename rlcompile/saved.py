@@ -231,7 +231,7 @@ def serve_saved(path: str | Path, concurrency: int | None = None, block_s: float
     and OpenVINO (latency and throughput hints): a :class:`~rlcompile.measure.throughput.ThroughputStandings`."""
     from rlcompile.measure.throughput import Server, throughput_contest
     from rlcompile.plan import load_plan
-    from rlcompile.runtimes.serving import servers, serving_candidates
+    from rlcompile.runtimes.serving import distinct_servers, servers, serving_candidates
 
     plan = load_plan(path)
     record = plan.record
@@ -242,9 +242,9 @@ def serve_saved(path: str | Path, concurrency: int | None = None, block_s: float
     original = original_model(record)
     if original is not None:
         for runtime in ("ort", "openvino"):
-            for serving in serving_candidates(runtime, concurrency, record.threads):
-                contenders.append(Server(f"{runtime} native: {serving.label.split(' ', 1)[1]}",
-                                         tuple(servers(serving, original.proto, feeds, concurrency))))  # fmt: skip
+            found = serving_candidates(runtime, concurrency, record.threads)
+            for serving, callers in distinct_servers(found, original.proto, feeds, concurrency):
+                contenders.append(Server(f"{runtime} native: {serving.label.split(' ', 1)[1]}", tuple(callers)))
         default = serving_candidates("ort", concurrency, record.threads)[0]
         one = servers(default, original.proto, feeds, 1)
         contenders.append(Server(f"{contenders[1].label}, one caller (what latency measures)", tuple(one)))

@@ -91,6 +91,7 @@ OPTION_CASES = [
     ("optimize", ["--objective", "qps"], "invalid choice"),
     ("optimize", ["--objective", "throughput", "--concurrency", "0"], "--concurrency 0"),
     ("optimize", ["--concurrency", "4"], "--concurrency is read under --objective throughput"),
+    ("select", ["--concurrency", "4"], "--concurrency is read under --objective throughput"),
     ("run", ["--objective", "throughput", "--concurrency", "-2"], "--concurrency -2"),
     ("run", ["--objective", "throughput"], "takes a plan directory"),
     ("run", ["--input-shape", "input=1|2,1,32,32"], "ranges and sets are taken by optimize"),

@@ -10,12 +10,15 @@ from rlcompile.cli.common import (
     accuracy_contract,
     add_measure_arguments,
     add_model_arguments,
+    add_objective_arguments,
     add_old_name,
     add_precision_arguments,
     agreement_line,
+    check_objective,
     load,
     log,
     measure_config,
+    serving_line,
     stdout,
     write_json,
 )
@@ -51,6 +54,7 @@ def add_parsers(commands) -> None:
     select.add_argument("--budget", default=None, help="wall time, e.g. 90s or 5m: the profile stops adding "
                         "runtimes in time for the final contest to end by it (default: profile every group fully)")
     add_precision_arguments(select)
+    add_objective_arguments(select)
     add_measure_arguments(select)
     select.set_defaults(handler=command_select)
 
@@ -66,28 +70,36 @@ def command_select(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise RlcompileError("--threads must be positive")
     solvers.create(args.agent, **options)
+    concurrency = check_objective(args)
+    if args.per_operator and args.objective == "throughput":
+        raise RlcompileError("--per-operator runs layer by layer from Python: it has no --objective throughput")
     if args.per_operator:
         return select_per_operator(args, options)
     if args.tuning_db is not None and not args.tuning_db.is_dir():
         raise RlcompileError(f"--tuning-db {args.tuning_db} is not a tuning work directory")
     names = runtimes.parse(args.runtimes, args.tuning_db is not None)
-    return select_segments_command(args, names, options)
+    return select_segments_command(args, names, options, concurrency)
 
 
-def select_segments_command(args: argparse.Namespace, names: list[str], options: dict) -> int:
+def select_segments_command(args: argparse.Namespace, names: list[str], options: dict,
+                            concurrency: int | None) -> int:  # fmt: skip
     from rlcompile.machine import host_cores
     from rlcompile.optimize import Budget, parse_duration
+    from rlcompile.optimize.serving import SERVING_SHARE
     from rlcompile.plan import save_plan
     from rlcompile.precision.choose import choose_plan
     from rlcompile.report.tables import candidates_table, groups_table
 
-    deadline = None if args.budget is None else args.started + Budget(parse_duration(args.budget), ("layer",)).usable_s
+    throughput = args.objective == "throughput"
+    end = None if args.budget is None else args.started + Budget(parse_duration(args.budget), ("layer",)).usable_s
+    deadline = None if end is None else end - (end - args.started) * (SERVING_SHARE if throughput else 0.0)
     contract = accuracy_contract(args)
     model = load(args)
     threads = args.threads or host_cores()
     selection, _ = choose_plan(model, contract, args.agent, args.seed, threads, names, args.tuning_db,
                                args.table_dir, measure_config(args), log, deadline=deadline,
                                leave_out_idle=args.runtimes is None, **options)  # fmt: skip
+    serving = serve_selection(selection, concurrency or threads, end) if throughput else None
     stdout.print(groups_table(selection))
     stdout.print(candidates_table(selection))
     chosen = selection.chosen
@@ -107,11 +119,29 @@ def select_segments_command(args: argparse.Namespace, names: list[str], options:
             line += f" ({100 * selection.calibration_noise:.1f}% when the table was calibrated)"
         line += load_words(selection.load, "during the final contest")
         stdout.print(line)
+    if serving is not None:
+        stdout.print(f"serving: {serving_line(serving)}", highlight=False)
     output = args.output or Path(f"{model.name}.plan")
-    save_plan(selection, output, args.tuning_db)
+    save_plan(selection, output, serving)
     stdout.print(f"wrote {output}/ (run it with: rlcompile run {output})", highlight=False)
-    write_json(args.json, selection.to_dict())
+    write_json(args.json, {**selection.to_dict(), **({"serving": serving} if serving else {})})
     return 0
+
+
+def serve_selection(selection, concurrency: int, deadline: float | None) -> dict | None:
+    """``--objective throughput``: the selection's plans of one segment paired with their runtime's serving
+    configurations, the pair that serves the most per second made the chosen plan; its record, or ``None`` when no
+    plan can be served that way (the plan is then kept as chosen for latency)."""
+    from rlcompile.events import Decision
+    from rlcompile.optimize.serving import choose_serving
+
+    choice = choose_serving(selection, concurrency, deadline, log)
+    if choice is None:
+        log(Decision("serving", "no plan of one segment on ort or openvino to serve: the plan chosen for latency "
+                                "is kept, served as measured for latency"))  # fmt: skip
+        return None
+    selection.chosen = choice.candidate
+    return choice.to_json()
 
 
 def select_per_operator(args: argparse.Namespace, options: dict) -> int:

@@ -190,13 +190,16 @@ def command_export(args: argparse.Namespace) -> int:
     result = export_plan(args.plan, args.to, args.output, measure_config(args), log)
     check = result.check
     stdout.print(f"wrote {result.output}/: {', '.join(result.files)}", highlight=False)
+    alone = " (one request at a time on the serving configuration)" if check.export_per_s is not None else ""
     stdout.print(f"checked with {args.to} alone in a fresh process: outputs agree with the plan's reference (max rel "
-                 f"err {check.agreement.max_rel:.1e}); {check.export_ms:.3f} ms against the plan's "
+                 f"err {check.agreement.max_rel:.1e}); {check.export_ms:.3f} ms{alone} against the plan's "
                  f"{check.plan_ms:.3f} ms ({check.ratio:.3f}x); import {check.import_s:.2f} s, first run "
                  f"{check.first_run_s * 1e3:.1f} ms", highlight=False)  # fmt: skip
     if check.export_per_s is not None:
+        verdict = "fewer than the plan, beyond" if check.serves_slower else "within or above"
         stdout.print(f"serving its requests in flight: {check.export_per_s:.1f} inferences/s against the plan's "
-                     f"{check.plan_per_s:.1f}/s ({check.export_per_s / check.plan_per_s:.3f}x)", highlight=False)
+                     f"{check.plan_per_s:.1f}/s ({check.serving_ratio:.3f}x round by round; {verdict} the twins' "
+                     f"{100 * check.serving_noise:.1f}% spread)", highlight=False)  # fmt: skip
     stdout.print(f"load it as {result.output}/README.md shows", highlight=False)
     write_json(args.json, result.to_dict())
     return 0

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +47,12 @@ TARGET_RUNTIME = {"onnxruntime": "ort", "openvino": "openvino"}
 FORBIDDEN_MODULES = ("rlcompile", "torch", "tvm", "tvm_ffi")
 #: Rounds of the plan (here) and the export (a fresh process) timed in turns.
 CHECK_ROUNDS = 2
-#: Seconds the plan and its export each serve concurrent requests in the check of a throughput plan.
-SERVE_S = 2.0
+#: A serving block of the check of a throughput plan lasts this many times the timing's ``min_time_s`` (2 s by
+#: default), after a warm-up half as long (a freshly compiled OpenVINO model's first requests allocate its buffers);
+#: the rounds of the plan's two pools and two fresh processes of the export served in turns (:func:`serving_check`):
+#: one compiled OpenVINO model served up to 7% more than another of the same file, so each side is served twice.
+SERVE_TIMES = 2.0
+SERVE_ROUNDS = 3
 PLAN_FILES = ("manifest.json", "reference.npz", "segments", "report.md", "report.png")
 README = "README.md"
 
@@ -63,16 +67,25 @@ class ExportCheck:
     import_s: float
     first_run_s: float
     #: a throughput plan: inferences per second with its requests in flight, the export's (fresh process) and the
-    #: plan's served here (``serve()``), in turns
+    #: plan's served here (``serve()``), in turns; the export's rate over the plan's, judged round by round; the
+    #: larger spread of the two twins (two pools of the plan, two processes of the export)
     export_per_s: float | None = None
     plan_per_s: float | None = None
+    serving_ratio: float | None = None
+    serving_noise: float | None = None
 
     @property
     def ratio(self) -> float:
         return self.export_ms / self.plan_ms
 
+    @property
+    def serves_slower(self) -> bool:
+        """The export served fewer requests per second than the plan, beyond the twins' spread."""
+        return self.serving_ratio is not None and self.serving_ratio < 1 - self.serving_noise
+
     def to_dict(self) -> dict:
-        return asdict(self) | {"agreement": self.agreement.to_dict(), "ratio": self.ratio}
+        return asdict(self) | {"agreement": self.agreement.to_dict(), "ratio": self.ratio,
+                               "serves_slower": self.serves_slower}  # fmt: skip
 
 
 @dataclass
@@ -206,6 +219,7 @@ def write_onnxruntime(segment: onnx.ModelProto, manifest: Manifest, output: Path
     config = ort_config(serving.threads if serving and serving.threads else manifest.threads)
     if serving is not None:
         config["sessions"] = serving.sessions
+        config["session_config_entries"] = serving.session_config()
     (output / "onnxruntime.json").write_text(json.dumps(config, indent=1))
     write_readme(output, "onnxruntime", code_for("onnxruntime", manifest), ["model.onnx", "onnxruntime.json"])
     return ["model.onnx", "onnxruntime.json", README]
@@ -320,46 +334,51 @@ imported = time.perf_counter()
 outputs = run(feeds)
 ran = time.perf_counter()
 every = [outputs] + [run(case) for case in cases[1:]]
-samples, began = [], time.perf_counter()
-for _ in range({warmup}):
-    run(feeds)
-while len(samples) < {repeats} or time.perf_counter() - began < {min_time}:
-    before = time.perf_counter()
-    run(feeds)
-    samples.append((time.perf_counter() - before) * 1e3)
-    if time.perf_counter() - began > {max_time}:
-        break
+median_ms = None
+if {latency}:
+    samples, began = [], time.perf_counter()
+    for _ in range({warmup}):
+        run(feeds)
+    while len(samples) < {repeats} or time.perf_counter() - began < {min_time}:
+        before = time.perf_counter()
+        run(feeds)
+        samples.append((time.perf_counter() - before) * 1e3)
+        if time.perf_counter() - began > {max_time}:
+            break
+    median_ms = float(np.median(samples))
 per_s = None
 if {concurrency}:
     import threading
-    counts, release = [0] * {concurrency}, threading.Barrier({concurrency} + 1)
+    counts, release, clock = [0] * {concurrency}, threading.Barrier({concurrency} + 1), []
     def serve(slot):
         run(feeds)
         release.wait()
-        stop = time.perf_counter() + {serve_s}
+        counted, stop = clock[0] + {warmup_s}, clock[0] + {warmup_s} + {serve_s}
         while time.perf_counter() < stop:
             run(feeds)
-            counts[slot] += 1
+            counts[slot] += time.perf_counter() >= counted
     workers = [threading.Thread(target=serve, args=(slot,)) for slot in range({concurrency})]
     for worker in workers:
         worker.start()
+    clock.append(time.perf_counter())
     release.wait()
-    began = time.perf_counter()
     for worker in workers:
         worker.join()
-    per_s = sum(counts) / (time.perf_counter() - began)
+    per_s = sum(counts) / (time.perf_counter() - clock[0] - {warmup_s})
 np.savez({outputs_file!r}, **{{f"{{k}}:{{i}}": np.asarray(o) for k, outs in enumerate(every)
                               for i, o in enumerate(outs)}})
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
-print(json.dumps({{"median_ms": float(np.median(samples)), "import_s": imported - started, "per_s": per_s,
+print(json.dumps({{"median_ms": median_ms, "import_s": imported - started, "per_s": per_s,
                   "first_run_s": ran - imported, "loaded": loaded}}))
 '''
 
 
 def run_fresh(output: Path, target: str, cases: list[dict[str, np.ndarray]], timing: MeasureConfig,
-              code: str | None = None, concurrency: int = 0) -> tuple[dict, list[list[np.ndarray]]]:  # fmt: skip
+              code: str | None = None, concurrency: int = 0, latency: bool = True,
+              ) -> tuple[dict, list[list[np.ndarray]]]:  # fmt: skip
     """The export run by its runtime alone in a fresh process (``code``: the README's lines, by default the target's
-    :func:`snippet`) on every one of ``cases``, the first timed; (timings, each case's outputs)."""
+    :func:`snippet`) on every one of ``cases``, the first timed (``latency``) and served with ``concurrency`` requests
+    in flight (when given); (timings, each case's outputs)."""
     with tempfile.TemporaryDirectory(prefix="rlcompile-export-check-") as scratch:
         outputs_file, inputs_file = str(Path(scratch) / "outputs.npz"), str(Path(scratch) / "inputs.npz")
         np.savez(inputs_file, **{f"{k}:{name}": value for k, feeds in enumerate(cases)
@@ -367,7 +386,9 @@ def run_fresh(output: Path, target: str, cases: list[dict[str, np.ndarray]], tim
         (Path(scratch) / "harness.py").write_text(HARNESS.format(
             forbidden=set(FORBIDDEN_MODULES), outputs_file=outputs_file, inputs_file=inputs_file, warmup=timing.warmup,
             repeats=timing.min_repeats, min_time=timing.min_time_s, max_time=timing.max_time_s,
-            concurrency=concurrency, serve_s=max(timing.min_time_s, SERVE_S)))  # fmt: skip
+            concurrency=concurrency, serve_s=SERVE_TIMES * timing.min_time_s,
+            warmup_s=SERVE_TIMES * timing.min_time_s / 2,
+            latency=latency))  # fmt: skip
         (output / "snippet.py").write_text(code or snippet(target))
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         try:
@@ -387,20 +408,14 @@ def run_fresh(output: Path, target: str, cases: list[dict[str, np.ndarray]], tim
 
 def check_export(target: str, output: Path, plan, timing: MeasureConfig) -> ExportCheck:
     """Outputs of the export (fresh process) against the plan's reference; both timed, in turns (a throughput plan:
-    both also serving its requests in flight)."""
+    both also serving its requests in flight, beside a twin of the plan)."""
     feeds = plan.reference_inputs
     serving = plan.record.serving if target != "plan" else None
     concurrency = serving["concurrency"] if serving else 0
-    export_ms, plan_ms, export_rates, plan_rates, first = [], [], [], [], None
+    code = code_for(target, plan.record) if target != "plan" else None
+    export_ms, plan_ms, first = [], [], None
     for _ in range(CHECK_ROUNDS):
         plan_ms.append(measure_latency(plan.timer(feeds), timing).median_ms)
-        if concurrency:
-            from rlcompile.measure.throughput import serve_block
-
-            pool = plan.serve(concurrency)
-            call = functools.partial(pool.run, feeds)
-            count, _, elapsed = serve_block([call] * concurrency, max(timing.min_time_s, SERVE_S))
-            plan_rates.append(count / elapsed)
         if target == "plan":
             from rlcompile.plan import load_plan
 
@@ -408,16 +423,41 @@ def check_export(target: str, output: Path, plan, timing: MeasureConfig) -> Expo
             result, outputs = {"median_ms": measure_latency(copy.timer(feeds), timing).median_ms, "import_s": 0.0,
                                "first_run_s": 0.0}, copy.run(feeds)  # fmt: skip
         else:
-            result, every = run_fresh(output, target, [feeds], timing, code_for(target, plan.record), concurrency)
+            result, every = run_fresh(output, target, [feeds], timing, code)
             outputs = every[0]
-            if concurrency:
-                export_rates.append(result["per_s"])
         export_ms.append(result["median_ms"])
         first = first or (result, outputs)
     result, outputs = first
     agreement = compare_outputs(plan.reference_outputs, outputs)
     if not agreement.within():
         raise RlcompileError(f"the export in {output} disagrees with the plan (max rel err {agreement.max_rel:.1e})")
-    rates = (float(np.median(export_rates)), float(np.median(plan_rates))) if concurrency else (None, None)
-    return ExportCheck(agreement, float(np.median(export_ms)), float(np.median(plan_ms)), result["import_s"],
-                       result["first_run_s"], *rates)  # fmt: skip
+    check = ExportCheck(agreement, float(np.median(export_ms)), float(np.median(plan_ms)), result["import_s"],
+                        result["first_run_s"])  # fmt: skip
+    return serving_check(check, output, target, plan, timing, code, concurrency) if concurrency else check
+
+
+def serving_check(check: ExportCheck, output: Path, target: str, plan, timing: MeasureConfig, code: str,
+                  concurrency: int) -> ExportCheck:  # fmt: skip
+    """``check`` with the export's serving beside the plan's: each of :data:`SERVE_ROUNDS` rounds serves the plan's
+    pool, the export (a fresh process), a second pool of the plan and the export again (a second fresh process), one
+    after another. The ratio is the median over rounds of the exports' rate over the pools'; the noise the larger of
+    the two twins' spreads (pool against pool, process against process, each the median over rounds)."""
+    from rlcompile.measure.throughput import serve_block
+
+    feeds, serve_s = plan.reference_inputs, SERVE_TIMES * timing.min_time_s
+    pools = [plan.serve(concurrency), plan.serve(concurrency)]
+    for pool in pools:
+        serve_block([functools.partial(pool.run, feeds)] * concurrency, serve_s / 2)  # its buffers allocated
+    rates = np.zeros((SERVE_ROUNDS, 4))  # a round: plan, export, plan's twin, export's twin
+    for index in range(SERVE_ROUNDS):
+        for slot in range(4):
+            if slot % 2 == 0:
+                count, _, elapsed = serve_block([functools.partial(pools[slot // 2].run, feeds)] * concurrency, serve_s)
+                rates[index, slot] = count / elapsed
+            else:
+                result, _ = run_fresh(output, target, [feeds], timing, code, concurrency, latency=False)
+                rates[index, slot] = result["per_s"]
+    plan_rates, export_rates = rates[:, 0] + rates[:, 2], rates[:, 1] + rates[:, 3]
+    noise = max(abs(np.median(rates[:, 2] / rates[:, 0]) - 1), abs(np.median(rates[:, 3] / rates[:, 1]) - 1))
+    return replace(check, export_per_s=float(np.median(export_rates) / 2), plan_per_s=float(np.median(plan_rates) / 2),
+                   serving_ratio=float(np.median(export_rates / plan_rates)), serving_noise=float(noise))

@@ -117,21 +117,34 @@ def serve_block(callers: Sequence[Callable[[], object]], seconds: float) -> tupl
 
 
 def throughput_contest(servers: Sequence[Server], block_s: float = BLOCK_S, rounds: int = ROUNDS,
-                       seed: int = 0) -> ThroughputStandings:  # fmt: skip
-    """Every server served in turns (see the module's docstring); the standings."""
+                       seed: int = 0, noise_target: float | None = None,
+                       max_rounds: int | None = None) -> ThroughputStandings:  # fmt: skip
+    """Every server served in turns (see the module's docstring); the standings. With ``noise_target``, rounds go on
+    past ``rounds`` while the twins' spread is above it, up to ``max_rounds`` in all."""
     rates: list[list[float]] = [[] for _ in servers]
     latencies: list[list[float]] = [[] for _ in servers]
     rng = np.random.default_rng(seed)
-    for round_index in range(rounds):
-        order = range(len(servers)) if round_index == 0 else rng.permutation(len(servers))
+    done = 0
+    while True:
+        order = range(len(servers)) if done == 0 else rng.permutation(len(servers))
         for index in order:
             count, found, elapsed = serve_block(servers[index].callers, block_s)
             rates[index].append(count / elapsed)
             latencies[index].extend(found)
+        done += 1
+        standings = standings_of(servers, rates, latencies)
+        if done >= rounds and (noise_target is None or done >= (max_rounds or rounds)
+                               or (standings.noise or 0.0) <= noise_target):  # fmt: skip
+            return standings
+
+
+def standings_of(servers: Sequence[Server], rates: list[list[float]],
+                 latencies: list[list[float]]) -> ThroughputStandings:  # fmt: skip
+    """Each server's rate judged round by round against the first server's, and its request latency."""
     reference = np.asarray(rates[0])
     stats = {}
     for server, rate, found in zip(servers, rates, latencies, strict=True):
         per_s = float(np.median(reference) * np.median(np.asarray(rate) / reference))
         p50, p99 = float(np.median(found)), float(np.percentile(found, 99))
-        stats[server.label] = ServingStats(server.label, per_s, p50, p99, len(found), rounds)
+        stats[server.label] = ServingStats(server.label, per_s, p50, p99, len(found), len(rate))
     return ThroughputStandings(stats, {s.label: s.twin_of for s in servers if s.twin_of is not None})

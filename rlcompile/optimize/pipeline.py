@@ -23,13 +23,11 @@ from rlcompile.manifest import LatencyRecord, Manifest, OptimizeRecord
 from rlcompile.models import Shape, load_model
 from rlcompile.models.onnx_model import LoadedModel
 from rlcompile.optimize.budget import DEFAULT_BUDGET_S, LEVELS, Budget
+from rlcompile.optimize.serving import SERVING_SHARE
 from rlcompile.optimize.stages import RunState, StageContext, StageSettings, run_stage, stages_for
 from rlcompile.plan import fingerprint, is_plan_dir, write_plan
 
 WORK = "work"
-#: The budget's share kept for serving under ``--objective throughput`` (every plan and configuration pair serves
-#: four rounds of blocks; :mod:`rlcompile.optimize.serving`).
-SERVING_SHARE = 0.2
 STATE = "state.json"
 #: every event of every run into this output, one JSON line each with its time since the run began
 EVENTS = "events.jsonl"

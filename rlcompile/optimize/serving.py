@@ -19,7 +19,7 @@ from rlcompile.events import Decision, Listener, Phase
 from rlcompile.layer.selection.candidates import Candidate
 from rlcompile.layer.selection.record import Selection
 from rlcompile.measure.throughput import Server, ThroughputStandings, throughput_contest
-from rlcompile.runtimes.serving import Serving, servers, serving_candidates
+from rlcompile.runtimes.serving import Serving, distinct_servers, servers, serving_candidates
 
 #: Throughput is judged over this many rounds; each block is the time left for serving shared out, at least
 #: :data:`MIN_BLOCK_S` (a block holds at least a few dozen requests of a 10 ms model).
@@ -29,6 +29,10 @@ MIN_BLOCK_S = 0.3
 #: request finishing after the block's end).
 BLOCK_OVERHEAD = 1.15
 SERVED = ("ort", "openvino")
+#: The share of a budget kept for serving under ``--objective throughput`` (every pair serves :data:`ROUNDS` rounds).
+SERVING_SHARE = 0.2
+#: Each block's serving time when no budget bounds the contest (``select`` without ``--budget``).
+UNBOUNDED_BLOCK_S = 1.0
 TWIN = " (identical)"
 
 
@@ -67,10 +71,11 @@ def served_candidates(selection: Selection) -> list[Candidate]:
     return unique
 
 
-def choose_serving(selection: Selection, concurrency: int, deadline: float, progress: Listener) -> ServingChoice | None:
+def choose_serving(selection: Selection, concurrency: int, deadline: float | None,
+                   progress: Listener) -> ServingChoice | None:  # fmt: skip
     """Every (plan, serving) pair served ``concurrency`` requests in flight, its blocks fitted to end by ``deadline``
-    (``time.monotonic()``) once the pairs are compiled; the one that served the most per second (``None`` when no plan
-    of one segment on ONNX Runtime or OpenVINO is at hand)."""
+    (``time.monotonic()``; ``None``: blocks of :data:`UNBOUNDED_BLOCK_S`) once the pairs are compiled; the one that
+    served the most per second (``None`` when no plan of one segment on ONNX Runtime or OpenVINO is at hand)."""
     candidates = served_candidates(selection)
     if not candidates:
         return None
@@ -78,15 +83,17 @@ def choose_serving(selection: Selection, concurrency: int, deadline: float, prog
     pairs, contenders = {}, []
     for candidate in candidates:
         segment = candidate.engine.compiled[0].segment
-        for serving in serving_candidates(segment.library, concurrency, precision=segment.precision):
+        found = serving_candidates(segment.library, concurrency, precision=segment.precision)
+        for serving, callers in distinct_servers(found, segment.proto, feeds, concurrency):
             label = f"{'untouched ' if candidate.untouched else ''}{' + '.join(candidate.labels)}: {serving.label}"
             pairs[label] = (candidate, serving)
-            contenders.append(Server(label, tuple(servers(serving, segment.proto, feeds, concurrency))))
+            contenders.append(Server(label, tuple(callers)))
     reference = contenders[0]
     twin_source = pairs[reference.label]
     twin = Server(reference.label + TWIN, tuple(servers(twin_source[1], twin_source[0].engine.compiled[0].segment.proto,
                                                         feeds, concurrency)), twin_of=reference.label)  # fmt: skip
-    block_s = max(MIN_BLOCK_S, (deadline - time.monotonic()) / (ROUNDS * (len(contenders) + 1)) / BLOCK_OVERHEAD)
+    block_s = (UNBOUNDED_BLOCK_S if deadline is None else
+               max(MIN_BLOCK_S, (deadline - time.monotonic()) / (ROUNDS * (len(contenders) + 1)) / BLOCK_OVERHEAD))
     progress(Phase("serving", f"serving {concurrency} requests in flight: {len(contenders)} plan and configuration "
                               f"pairs, {ROUNDS} rounds of {block_s:.1f} s blocks", "throughput"))  # fmt: skip
     started = time.monotonic()

@@ -2,14 +2,16 @@
 
 * ONNX Runtime: ``sessions`` sessions of the model, each with ``threads`` intra-op threads, the requests in flight
   spread over them in turn (one session serves several requests at once; its thread pool is then shared). Several
-  sessions of fewer threads let requests run side by side instead of splitting each over every core.
+  sessions of fewer threads let requests run side by side instead of splitting each over every core. ``spinning``:
+  whether a session's workers spin between runs (its default) or sleep, leaving the cores to the other requests.
 * OpenVINO: a compiled model with a performance ``hint`` (``LATENCY``: one stream using every core; ``THROUGHPUT``:
   several streams, requests side by side), optionally ``streams`` fixed, and one infer request per request in
   flight, as OpenVINO's ``benchmark_app`` and its async queue serve.
 
 :func:`serving_candidates` is the small search: the runtime's default and the configurations that split the cores
 between requests, not a grid over every knob. :func:`servers` makes the callers that
-:func:`~rlcompile.measure.throughput.throughput_contest` measures.
+:func:`~rlcompile.measure.throughput.throughput_contest` measures; :func:`distinct_servers` those of the candidates
+that differ once the runtime has resolved them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Serving:
     hint: str = "LATENCY"
     streams: int | None = None
     precision: str = "fp32"
+    spinning: bool = True
 
     def __post_init__(self) -> None:
         if self.runtime not in ("ort", "openvino"):
@@ -48,8 +51,9 @@ class Serving:
     @property
     def label(self) -> str:
         if self.runtime == "ort":
-            return f"ort {self.sessions} session{'s' if self.sessions > 1 else ''} x {self.threads or host_cores()} " \
-                   f"thread{'s' if (self.threads or host_cores()) > 1 else ''}"
+            threads = self.threads or host_cores()
+            return (f"ort {self.sessions} session{'s' if self.sessions > 1 else ''} x {threads} "
+                    f"thread{'s' if threads > 1 else ''}{'' if self.spinning else ', no spinning'}")
         streams = f", {self.streams} streams" if self.streams else ""
         precision = f", {self.precision}" if self.precision != "fp32" else ""
         return f"openvino {self.hint.lower()}{streams}{precision}"
@@ -65,6 +69,10 @@ class Serving:
             config["NUM_STREAMS"] = self.streams
         return config
 
+    def session_config(self) -> dict[str, str]:
+        """ONNX Runtime's session config entries for this serving."""
+        return {} if self.spinning else {"session.intra_op.allow_spinning": "0"}
+
     def to_json(self) -> dict:
         return asdict(self)
 
@@ -76,12 +84,16 @@ class Serving:
 def serving_candidates(runtime: str, concurrency: int, cores: int | None = None,
                        precision: str = "fp32") -> list[Serving]:  # fmt: skip
     """The configurations worth measuring for ``concurrency`` requests in flight on ``cores`` cores: the default
-    (first), one session or stream per request up to the cores, and halfway between."""
+    (first), one session or stream per request up to the cores, and halfway between; for ONNX Runtime with several
+    callers, the sessions of several threads also without spinning (a spinning pool takes the cores a request beside
+    it would use)."""
     cores = cores or host_cores()
     side_by_side = max(1, min(concurrency, cores))
     if runtime == "ort":
         counts = sorted({1, side_by_side, max(1, side_by_side // 2)})
-        return [Serving("ort", count, max(1, cores // count)) for count in counts]
+        found = [Serving("ort", count, max(1, cores // count)) for count in counts]
+        return found + [Serving("ort", s.sessions, s.threads, spinning=False) for s in found
+                        if s.threads > 1 and concurrency > s.sessions]  # fmt: skip
     found = [Serving("openvino", precision=precision), Serving("openvino", hint="THROUGHPUT", precision=precision)]
     found += [Serving("openvino", hint="THROUGHPUT", streams=side_by_side, precision=precision)] * (side_by_side > 1)
     return found
@@ -93,7 +105,13 @@ def ort_sessions(serving: Serving, model: onnx.ModelProto) -> list:
 
     serialized = model.SerializeToString()
     threads = RuntimeOptions(serving.threads, exclusive=True).thread_count
-    return [create_session(serialized, session_options("all", threads), "the model") for _ in range(serving.sessions)]
+    sessions = []
+    for _ in range(serving.sessions):
+        options = session_options("all", threads)
+        for key, value in serving.session_config().items():
+            options.add_session_config_entry(key, value)
+        sessions.append(create_session(serialized, options, "the model"))
+    return sessions
 
 
 def openvino_compiled(serving: Serving, model: onnx.ModelProto):
@@ -112,10 +130,34 @@ def servers(serving: Serving, model: onnx.ModelProto, feeds: Mapping[str, np.nda
         inputs, count = dict(feeds), len(sessions)
         return [lambda session=sessions[index % count]: session.run(None, inputs)
                 for index in range(concurrency)]  # fmt: skip
-    compiled = openvino_compiled(serving, model)
+    return openvino_callers(openvino_compiled(serving, model), feeds, concurrency)
+
+
+def openvino_callers(compiled, feeds: Mapping[str, np.ndarray], concurrency: int) -> list[Callable[[], object]]:
+    """One infer request of ``compiled`` per request in flight, each serving ``feeds``."""
     requests = [compiled.create_infer_request() for _ in range(concurrency)]
     inputs = dict(feeds)
     return [lambda request=request: request.infer(inputs, share_inputs=True) for request in requests]
+
+
+def distinct_servers(candidates: list[Serving], model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                     concurrency: int) -> list[tuple[Serving, list[Callable[[], object]]]]:  # fmt: skip
+    """Each of ``candidates`` with its callers (:func:`servers`), leaving out an OpenVINO configuration that the
+    runtime resolves to the hint, streams and threads of an earlier one (THROUGHPUT's own stream count is often one
+    per request in flight): served twice, one configuration only adds a second draw of the same rate, and the best
+    of several draws is biased upwards."""
+    kept, seen = [], set()
+    for serving in candidates:
+        if serving.runtime != "openvino":
+            kept.append((serving, servers(serving, model, feeds, concurrency)))
+            continue
+        compiled = openvino_compiled(serving, model)
+        resolved = (serving.hint, serving.precision, int(compiled.get_property("NUM_STREAMS")),
+                    int(compiled.get_property("INFERENCE_NUM_THREADS")))  # fmt: skip
+        if resolved not in seen:
+            seen.add(resolved)
+            kept.append((serving, openvino_callers(compiled, feeds, concurrency)))
+    return kept
 
 
 class Pool:

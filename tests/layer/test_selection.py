@@ -180,6 +180,18 @@ def test_select_within_a_budget_profiles_the_default_library_only_when_time_is_s
     assert not list((tmp_path / "tables").glob("*.json"))  # a cut profile is not saved: the next run completes it
 
 
+def test_select_for_throughput_keeps_the_pair_that_served_the_most_and_records_it(tmp_path: Path):
+    report, out = tmp_path / "select.json", tmp_path / "plan"
+    code = main(["select", "lenet5", "--agent", "greedy", "--quick", "--objective", "throughput", "--concurrency", "2",
+                 "--budget", "20s", "-o", str(out), "--table-dir", str(tmp_path / "tables"), "--threads", "2",
+                 "--json", str(report)])  # fmt: skip
+    assert code == 0
+    serving = json.loads(report.read_text())["serving"]
+    rates = {label: stats["per_s"] for label, stats in serving["servers"].items() if "(identical)" not in label}
+    assert serving["kept"] == max(rates, key=rates.get) and serving["concurrency"] == 2
+    assert rlcompile.load(out).manifest.serving == serving  # what run DIR --objective throughput and the export read
+
+
 def test_run_refuses_saved_results_of_different_models_and_several_models(selection, tmp_path: Path, capsys):
     out = save_plan(selection, tmp_path / "a")
     other = tmp_path / "b"
@@ -197,8 +209,9 @@ def test_select_bad_options_exit_2(capsys, tmp_path: Path):
     assert main(["select", "lenet5", "--runtimes", "ort,cudnn"]) == 2
     assert main(["select", "lenet5", "--threads", "0"]) == 2
     assert main(["select", "lenet5", "--tuning-db", str(tmp_path / "nowhere")]) == 2
+    assert main(["select", "lenet5", "--per-operator", "--objective", "throughput"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
-    assert len(errors) == 3 and all(line.startswith("rlcompile: error:") for line in errors)
+    assert len(errors) == 4 and all(line.startswith("rlcompile: error:") for line in errors)
 
 
 def test_an_interrupted_profile_resumes_at_the_group_where_it_stopped(tmp_path: Path):

@@ -36,3 +36,12 @@ def test_a_failing_caller_fails_the_block() -> None:
 
     with pytest.raises(RuntimeError, match="refused"):
         serve_block([broken, sleeper(0.001)], 0.05)
+
+
+def test_rounds_go_on_while_the_twins_differ_by_more_than_the_target() -> None:
+    first = Server("first", (sleeper(0.002),))
+    unlike = Server("first again", (sleeper(0.004),), twin_of="first")  # half the rate: twins far apart
+    standings = throughput_contest([first, unlike], block_s=0.05, rounds=2, noise_target=0.03, max_rounds=5)
+    assert standings["first"].rounds == 5 and standings.noise > 0.03
+    settled = throughput_contest([first, unlike], block_s=0.05, rounds=2, noise_target=0.9, max_rounds=5)
+    assert settled["first"].rounds == 2

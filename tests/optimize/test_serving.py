@@ -48,7 +48,9 @@ def test_the_export_serves_its_requests_in_flight_at_the_recorded_settings(serve
     target = {runtime: name for name, runtime in TARGET_RUNTIME.items()}[result.manifest.serving["serving"]["runtime"]]
     exported = export_plan(output, target, tmp_path / "exported", BLOCKS)
     assert exported.check.agreement.within()
-    assert exported.check.export_per_s > 0 and exported.check.plan_per_s > 0
+    check = exported.check
+    assert check.export_per_s > 0 and check.plan_per_s > 0 and check.serving_noise >= 0
+    assert check.serves_slower == (check.serving_ratio < 1 - check.serving_noise)
     assert "threads" in (tmp_path / "exported" / "README.md").read_text()
 
 
