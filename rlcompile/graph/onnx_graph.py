@@ -157,7 +157,7 @@ def add_node(
     op_type: str,
     inputs: Sequence[ir.Value | None],
     attributes: Mapping[str, object] | None = None,
-    outputs: Sequence[tuple[Sequence[int], ir.DataType]] = (),
+    outputs: Sequence[tuple[Sequence[int] | None, ir.DataType]] = (),
     hint: str | None = None,
 ) -> ir.Node:
     """Append a node whose outputs have the given (shape, dtype); call :func:`finish` afterwards."""
@@ -171,7 +171,7 @@ def add_node(
     )
     for value, (shape, dtype) in zip(node.outputs, outputs, strict=True):
         value.name = unique_name(graph, f"{node.name}_out")
-        value.shape = ir.Shape(list(shape))
+        value.shape = None if shape is None else ir.Shape(list(shape))
         value.type = ir.TensorType(dtype)
     graph.append(node)
     return node

@@ -153,6 +153,22 @@ def hard_swish(swapped: bool):
     return build
 
 
+def guarded_attention(mask_rows: int = 1):
+    """``torch.onnx``'s attention with a boolean mask: Softmax(q k + Where(mask, 0, -inf)), NaN guarded."""
+
+    def build():
+        b = GraphBuilder()
+        q, k, v = b.input("q", [1, 2, 4, 8]), b.input("k", [1, 2, 8, 4]), b.input("v", [1, 2, 4, 8])
+        keep = b.op("Greater", [b.input("mask", [1, 1, mask_rows, 4]), b.const(np.array(0.0, np.float32))])
+        fill = b.op("Where", [keep, b.const(np.array(0.0, np.float32)), b.const(np.array(-np.inf, np.float32))])
+        weights = b.op("Softmax", [b.op("Add", [b.op("MatMul", [q, k]), fill])], axis=-1)
+        guarded = b.op("Where", [b.op("IsNaN", [weights]), b.const(np.array(0.0, np.float32)), weights])
+        out = b.op("Transpose", [b.op("MatMul", [guarded, v])], perm=[0, 2, 1, 3])
+        return b.model([out]), {"IsNaN": -1, "ReduceMax": 1}
+
+    return build
+
+
 CASES = {
     "fuse_conv_batchnorm": [conv_bn],
     "fuse_conv_mul": [conv_then("Mul", (8, 1, 1))],
@@ -177,6 +193,7 @@ CASES = {
     "reassociate_mul_right": [chain("Mul", True, True)],
     "reassociate_mul_left": [chain("Mul", False, False)],
     "hardswish_as_hardsigmoid": [hard_swish(False), hard_swish(True)],
+    "unguard_attention": [guarded_attention(1), guarded_attention(4)],
 }
 
 
@@ -254,6 +271,36 @@ def test_hard_swish_needs_its_exact_constants():
     product = b.op("Mul", [x, b.op("Clip", [b.op("Add", [x, three]), low, high])])
     model = onnx_graph.from_proto(b.model([b.op("Div", [product, five])]))
     assert rules.create("hardswish_as_hardsigmoid").locations(model) == []
+
+
+@pytest.mark.parametrize("mask_rows", [1, 4])
+def test_unguarded_attention_gives_the_same_numbers_when_every_key_of_a_row_is_masked(mask_rows: int):
+    import onnxruntime as ort
+
+    proto, _ = guarded_attention(mask_rows)()
+    rule = rules.create("unguard_attention")
+    model = onnx_graph.from_proto(proto)
+    rewritten = onnx_graph.to_proto(rule.apply(model, rule.locations(model)[0]))
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
+             (("q", (1, 2, 4, 8)), ("k", (1, 2, 8, 4)), ("v", (1, 2, 4, 8)))}  # fmt: skip
+    mask = np.ones((1, 1, mask_rows, 4), np.float32)
+    mask[..., 0, :] = -1.0  # the first row (every row when the mask is one row) has no key
+    mask[..., -1, 1:] = -1.0 if mask_rows > 1 else mask[..., -1, 1:]
+    feeds["mask"] = mask
+    before, after = (ort.InferenceSession(p.SerializeToString()).run(None, feeds)[0] for p in (proto, rewritten))
+    assert np.array_equal(before, after) and not np.isnan(after).any()
+
+
+def test_attention_without_the_exact_guard_is_left_as_it_is():
+    b = GraphBuilder()
+    q, k, v = b.input("q", [1, 2, 4, 8]), b.input("k", [1, 2, 8, 4]), b.input("v", [1, 2, 4, 8])
+    keep = b.op("Greater", [b.input("mask", [1, 1, 1, 4]), b.const(np.array(0.0, np.float32))])
+    fill = b.op("Where", [keep, b.const(np.array(0.0, np.float32)), b.const(np.array(-1e4, np.float32))])  # finite
+    weights = b.op("Softmax", [b.op("Add", [b.op("MatMul", [q, k]), fill])], axis=-1)
+    guarded = b.op("Where", [b.op("IsNaN", [weights]), b.const(np.array(0.0, np.float32)), weights])
+    model = onnx_graph.from_proto(b.model([b.op("Relu", [b.op("MatMul", [guarded, v])])]))
+    assert rules.create("unguard_attention").locations(model) == []
 
 
 def test_unknown_rule_id_is_a_clear_error():

@@ -17,6 +17,7 @@ from rlcompile.graph.rules.algebra import (
     ReassociateMulLeft,
     ReassociateMulRight,
 )
+from rlcompile.graph.rules.attention import UnguardAttention
 from rlcompile.graph.rules.base import Location, PatternRule, Rule, RuleError, StructuralRule
 from rlcompile.graph.rules.concat import (
     EliminateSplitConcat,
@@ -64,6 +65,7 @@ RULE_CLASSES: tuple[type[Rule], ...] = (
     ReassociateMulRight,
     ReassociateMulLeft,
     HardSwishAsHardSigmoid,
+    UnguardAttention,
 )
 RULE_IDS = tuple(cls.id for cls in RULE_CLASSES)
 
