@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import tempfile
 import warnings
@@ -70,6 +71,9 @@ CALIBRATION_METHODS = {"minmax": ("MinMax", {}), "percentile": ("Percentile", {"
 #: Ranges set at run time instead, per call (ONNX Runtime's dynamic quantization: DynamicQuantizeLinear before each
 #: quantized MatMul or Gemm, no calibration), for the operators it quantizes so.
 DYNAMIC = "dynamic"
+#: A calibrated range beyond this magnitude is a sentinel (an attention mask's lowest-float fill), not an activation:
+#: the nodes touching it stay in float.
+UNBOUNDED = 1e30
 DYNAMIC_OPS = ("MatMul", "Gemm")
 #: The operator types whose tensors are calibrated: those of every placement, so one calibration serves all.
 CALIBRATED_OPS = frozenset().union(*(placement.op_types for placement in PLACEMENTS.values()))
@@ -282,6 +286,10 @@ class Quantizer:
                 return
             if not self.calibrated:
                 self.calibrate()
+            nodes = self.bounded(nodes)
+            if not nodes:
+                onnx.save(self.proto, str(target))
+                return
             quantize_static(str(self.source), str(target), None,
                             quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=not has_vnni(),
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=nodes,
@@ -293,6 +301,18 @@ class Quantizer:
         finally:
             logging.getLogger().setLevel(quiet)
             ignored.__exit__(None, None, None)
+
+    def bounded(self, nodes: list[str]) -> list[str]:
+        """``nodes`` less those reading or writing a tensor whose calibrated range is infinite or beyond
+        :data:`UNBOUNDED` (an attention mask's fill): its scale would be too, and OpenVINO's compile of such a model
+        dies of a floating-point exception (all-MiniLM-L6-v2 with its mask Adds quantized)."""
+        data = json.loads(self.cache.read_text()).get("data", {})
+        unbounded = {name for name, ranges in data.items()
+                     if not all(np.isfinite(bound) and abs(bound) < UNBOUNDED for key in ("lowest", "highest")
+                                for bound in ranges.get(key, {}).get("data", [0.0]))}  # fmt: skip
+        touching = {node.name for node in self.proto.graph.node
+                    if unbounded.intersection(node.input) or unbounded.intersection(node.output)}  # fmt: skip
+        return [name for name in nodes if name not in touching]
 
     def close(self) -> None:
         """Removes the quantized models (the calibration stays in ``work``)."""

@@ -144,8 +144,7 @@ def precision_units(proto: onnx.ModelProto, groups) -> list[Unit]:
     """The fusion groups with a Conv, ConvTranspose, MatMul or Gemm whose weights are constant, with those
     operators (the group's int8 anchors), their multiply-accumulates and the group's companions."""
     shapes = value_shapes(proto)
-    constants = {tensor.name for tensor in proto.graph.initializer}
-    constants |= {out for node in proto.graph.node if node.op_type == "Constant" for out in node.output}
+    constants = model_constants(proto)
     by_name = {node.name: node for node in proto.graph.node}
     pools: dict[str, list[str]] = {}  # a tensor's max pooling readers
     for node in proto.graph.node:
@@ -167,13 +166,21 @@ def companions(group, by_name: Mapping[str, onnx.NodeProto], constants: set[str]
     """The group's Relu, Clip and max pooling nodes, its residual Adds (every input an activation: an Add of a
     constant is a bias, better left in float), and the max pooling nodes that read its outputs (``pools``)."""
 
-    def companion(node: onnx.NodeProto) -> bool:
-        residual = node.op_type == "Add" and not set(node.input) & constants
-        return node.op_type in ("Relu", "Clip", "MaxPool") or residual
-
-    inside = [name for name in group.nodes if name in by_name and companion(by_name[name])]
+    inside = [name for name in group.nodes if name in by_name and is_companion(by_name[name], constants)]
     readers = [name for output in group.outputs for name in pools.get(output, []) if name not in inside]
     return tuple(inside + readers)
+
+
+def is_companion(node: onnx.NodeProto, constants: set[str]) -> bool:
+    """A Relu, Clip or max pooling, or a residual Add (every input an activation)."""
+    residual = node.op_type == "Add" and not set(node.input) & constants
+    return node.op_type in ("Relu", "Clip", "MaxPool") or residual
+
+
+def model_constants(proto: onnx.ModelProto) -> set[str]:
+    """The names of the model's initializers and ``Constant`` outputs."""
+    constants = {tensor.name for tensor in proto.graph.initializer}
+    return constants | {out for node in proto.graph.node if node.op_type == "Constant" for out in node.output}
 
 
 def is_anchor(node: onnx.NodeProto, constants: set[str]) -> bool:

@@ -104,3 +104,27 @@ def test_a_plan_of_some_groups_is_derived_from_the_model_of_all_as_the_quantizer
     assert list(conv2.input) == ["r1", "W2", "B2"]  # the float group reads the float bias of the bias's name again
     everything = quantizer.quantized(nodes[0] | nodes[1], placement_for("ort"))  # the Relu is folded: no derivation
     assert derive(everything, quantizer.proto, nodes[1]) is None
+
+
+def test_nodes_touching_an_unbounded_range_stay_in_float(tmp_path: Path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
+    zero, fill = (numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((0.0, "zero"), (-np.inf, "fill")))
+    nodes = [helper.make_node("Greater", ["m", "zero"], ["keep"], name="keep"),
+             helper.make_node("Where", ["keep", "zero", "fill"], ["bias"], name="bias"),
+             helper.make_node("Add", ["x", "bias"], ["masked"], name="masked"),  # an attention mask's -inf: no range
+             helper.make_node("MatMul", ["x", "w"], ["y"], name="y"),
+             helper.make_node("Add", ["y", "masked"], ["z"], name="z")]  # fmt: skip
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4])
+                                              for n in ("x", "m")],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])], [weights, zero, fill])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = [{"x": rng.standard_normal((1, 4)).astype(np.float32), "m": rng.standard_normal((1, 4)).astype(np.float32)}
+             for _ in range(4)]  # fmt: skip
+    quantizer = Quantizer(proto, feeds, tmp_path)
+    quantizer.calibrate()
+    assert quantizer.bounded(["masked", "y", "z"]) == ["y"]
+    alone = quantizer.quantized(["masked"])  # nothing left to quantize: the float model
+    assert not any(node.op_type == "QuantizeLinear" for node in alone.graph.node)

@@ -69,8 +69,9 @@ class UnguardAttention(StructuralRule):
         isnan, guard = readers.get("IsNaN"), readers.get("Where")
         if len(list(probabilities.uses())) != 2 or isnan is None or guard is None or probabilities.is_graph_output():
             return None
-        if (list(guard.inputs) != [isnan.outputs[0], guard.inputs[1], probabilities]
-                or only_use(isnan.outputs[0]) != (guard, 0) or not filled(guard.inputs[1], lambda a: a == 0)):  # fmt: skip
+        if list(guard.inputs) != [isnan.outputs[0], guard.inputs[1], probabilities]:
+            return None
+        if only_use(isnan.outputs[0]) != (guard, 0) or not filled(guard.inputs[1], lambda a: a == 0):
             return None
         weighted = only_use(guard.outputs[0])
         add = softmax.inputs[0].producer()
