@@ -103,19 +103,15 @@ def contest(plans: dict[str, Path], concurrency: int, block_s: float, rounds: in
     """The plans served beside the natives' configurations (see the module's docstring)."""
     from rlcompile.measure.throughput import Server, throughput_contest
     from rlcompile.plan import load_plan
-    from rlcompile.runtimes.serving import Serving, distinct_servers, servers, serving_candidates
-    from rlcompile.saved import original_model
+    from rlcompile.runtimes.serving import Serving, servers, serving_candidates
+    from rlcompile.saved import native_servers, original_model
 
     loaded = {label: load_plan(path) for label, path in plans.items()}
     first = next(iter(loaded.values()))
     feeds, threads = first.reference_inputs, first.record.threads
     original = original_model(first.record)
-    contenders = []
+    contenders = native_servers(original.proto, feeds, concurrency, threads)
     default = serving_candidates("ort", concurrency, threads)[0]
-    for runtime in ("ort", "openvino"):
-        found = serving_candidates(runtime, concurrency, threads)
-        for serving, callers in distinct_servers(found, original.proto, feeds, concurrency):
-            contenders.append(Server(f"{runtime} native: {serving.label.split(' ', 1)[1]}", tuple(callers)))
     contenders.append(Server(f"{contenders[0].label} (identical)",
                              tuple(servers(default, original.proto, feeds, concurrency)),
                              twin_of=contenders[0].label))  # fmt: skip

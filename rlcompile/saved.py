@@ -10,9 +10,12 @@ without the original file. :func:`load_saved` returns a :class:`~rlcompile.plan.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import onnx
 
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Listener, Phase, ignore
@@ -26,6 +29,7 @@ from rlcompile.measure import (
     MeasureConfig,
     run_contest,
 )
+from rlcompile.measure.throughput import Server
 from rlcompile.precision.contract import VALIDATION, Recheck, recheck
 from rlcompile.runtimes import RuntimeOptions
 from rlcompile.verify import Agreement, compare_outputs
@@ -224,14 +228,28 @@ def accuracy_recheck(item) -> Recheck | None:
 PLAN_SERVER = "plan (rlcompile.load(...).serve())"
 
 
+def native_servers(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], concurrency: int,
+                   threads: int) -> list[Server]:  # fmt: skip
+    """The user's model served by ONNX Runtime and OpenVINO in each of their serving configurations that differ
+    (:func:`~rlcompile.runtimes.serving.distinct_servers`), labelled ``RUNTIME native: CONFIGURATION``."""
+    from rlcompile.runtimes.serving import distinct_servers, serving_candidates
+
+    found = []
+    for runtime in ("ort", "openvino"):
+        candidates = serving_candidates(runtime, concurrency, threads)
+        for serving, callers in distinct_servers(candidates, model, feeds, concurrency):
+            found.append(Server(f"{runtime} native: {serving.label.split(' ', 1)[1]}", tuple(callers)))
+    return found
+
+
 def serve_saved(path: str | Path, concurrency: int | None = None, block_s: float = 1.0, rounds: int = 5,
                 progress: Listener = ignore):  # fmt: skip
     """A plan directory serving ``concurrency`` requests in flight as it was measured (``serve()``), beside the user's
     model served by ONNX Runtime (one session of every thread, twice: the noise; several sessions of fewer threads)
     and OpenVINO (latency and throughput hints): a :class:`~rlcompile.measure.throughput.ThroughputStandings`."""
-    from rlcompile.measure.throughput import Server, throughput_contest
+    from rlcompile.measure.throughput import throughput_contest
     from rlcompile.plan import load_plan
-    from rlcompile.runtimes.serving import distinct_servers, servers, serving_candidates
+    from rlcompile.runtimes.serving import servers, serving_candidates
 
     plan = load_plan(path)
     record = plan.record
@@ -241,10 +259,7 @@ def serve_saved(path: str | Path, concurrency: int | None = None, block_s: float
     contenders = [Server(PLAN_SERVER, tuple(lambda: pool.run(feeds) for _ in range(concurrency)))]
     original = original_model(record)
     if original is not None:
-        for runtime in ("ort", "openvino"):
-            found = serving_candidates(runtime, concurrency, record.threads)
-            for serving, callers in distinct_servers(found, original.proto, feeds, concurrency):
-                contenders.append(Server(f"{runtime} native: {serving.label.split(' ', 1)[1]}", tuple(callers)))
+        contenders += native_servers(original.proto, feeds, concurrency, record.threads)
         default = serving_candidates("ort", concurrency, record.threads)[0]
         one = servers(default, original.proto, feeds, 1)
         contenders.append(Server(f"{contenders[1].label}, one caller (what latency measures)", tuple(one)))

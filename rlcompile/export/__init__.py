@@ -445,18 +445,20 @@ def serving_check(check: ExportCheck, output: Path, target: str, plan, timing: M
     from rlcompile.measure.throughput import serve_block
 
     feeds, serve_s = plan.reference_inputs, SERVE_TIMES * timing.min_time_s
-    pools = [plan.serve(concurrency), plan.serve(concurrency)]
-    for pool in pools:
-        serve_block([functools.partial(pool.run, feeds)] * concurrency, serve_s / 2)  # its buffers allocated
-    rates = np.zeros((SERVE_ROUNDS, 4))  # a round: plan, export, plan's twin, export's twin
-    for index in range(SERVE_ROUNDS):
-        for slot in range(4):
-            if slot % 2 == 0:
-                count, _, elapsed = serve_block([functools.partial(pools[slot // 2].run, feeds)] * concurrency, serve_s)
-                rates[index, slot] = count / elapsed
-            else:
-                result, _ = run_fresh(output, target, [feeds], timing, code, concurrency, latency=False)
-                rates[index, slot] = result["per_s"]
+    pools = [[functools.partial(plan.serve(concurrency).run, feeds)] * concurrency for _ in range(2)]
+    for callers in pools:
+        serve_block(callers, serve_s / 2)  # its buffers allocated
+
+    def pool_rate(callers) -> float:
+        count, _, elapsed = serve_block(callers, serve_s)
+        return count / elapsed
+
+    def export_rate() -> float:
+        return run_fresh(output, target, [feeds], timing, code, concurrency, latency=False)[0]["per_s"]
+
+    # a round: plan, export, plan's twin, export's twin
+    rates = np.array([[pool_rate(pools[0]), export_rate(), pool_rate(pools[1]), export_rate()]
+                      for _ in range(SERVE_ROUNDS)])  # fmt: skip
     plan_rates, export_rates = rates[:, 0] + rates[:, 2], rates[:, 1] + rates[:, 3]
     noise = max(abs(np.median(rates[:, 2] / rates[:, 0]) - 1), abs(np.median(rates[:, 3] / rates[:, 1]) - 1))
     return replace(check, export_per_s=float(np.median(export_rates) / 2), plan_per_s=float(np.median(plan_rates) / 2),

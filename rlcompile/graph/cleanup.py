@@ -9,6 +9,7 @@ and ``optimize``'s kernel stage tunes the tasks of it, so the three see the same
 
 from __future__ import annotations
 
+import onnx
 import onnx_ir as ir
 
 from rlcompile.graph import onnx_graph, rules
@@ -25,9 +26,13 @@ def clean_graph(model: ir.Model) -> tuple[ir.Model, list[Rewrite]]:
     return apply_exhaustively(model, rules.all_rules(list(CLEANUP_RULES)))
 
 
+def clean_proto(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` cleaned (the same object when there was nothing to rewrite)."""
+    cleaned, applied = clean_graph(onnx_graph.from_proto(proto))
+    return onnx_graph.to_proto(cleaned) if applied else proto
+
+
 def clean_model(model: LoadedModel) -> LoadedModel:
-    """``model`` cleaned (the same object when there was nothing to fold)."""
-    cleaned, applied = clean_graph(onnx_graph.from_proto(model.proto))
-    if not applied:
-        return model
-    return LoadedModel(model.name, onnx_graph.to_proto(cleaned), model.inputs, model.source, model.notes)
+    """``model`` cleaned (the same object when there was nothing to rewrite)."""
+    proto = clean_proto(model.proto)
+    return model if proto is model.proto else LoadedModel(model.name, proto, model.inputs, model.source, model.notes)

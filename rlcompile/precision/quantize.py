@@ -223,6 +223,8 @@ class Quantizer:
         #: visits tens of plans, each with its own copy of the weights (BERT-base's: over 100 MB)
         self.models: dict[tuple[Placement, frozenset[str]], Path] = {}
         self.calibrated = False
+        #: the nodes that stay in float whatever a plan asks (:meth:`bounded`), found when calibrated
+        self.unbounded: frozenset[str] = frozenset()
 
     def quantized(self, nodes: Iterable[str], placement: Placement = ORT_PLACEMENT) -> onnx.ModelProto:
         """The model with ``nodes`` (ONNX node names; those of the placement's operator types) in int8, QDQ
@@ -256,6 +258,7 @@ class Quantizer:
             with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print their progress
                 calibrator.collect_data(SampleReader(self.calibration))
                 save_tensors_data(calibrator.compute_data(), self.cache)
+        self.unbounded = self.unbounded_nodes()
         self.calibrated = True
 
     def quantize(self, nodes: list[str], placement: Placement, target: Path) -> None:
@@ -306,13 +309,16 @@ class Quantizer:
         """``nodes`` less those reading or writing a tensor whose calibrated range is infinite or beyond
         :data:`UNBOUNDED` (an attention mask's fill): its scale would be too, and OpenVINO's compile of such a model
         dies of a floating-point exception (all-MiniLM-L6-v2 with its mask Adds quantized)."""
+        return [name for name in nodes if name not in self.unbounded]
+
+    def unbounded_nodes(self) -> frozenset[str]:
+        """The nodes reading or writing a tensor whose range in the calibration cache is unbounded."""
         data = json.loads(self.cache.read_text()).get("data", {})
         unbounded = {name for name, ranges in data.items()
                      if not all(np.isfinite(bound) and abs(bound) < UNBOUNDED for key in ("lowest", "highest")
                                 for bound in ranges.get(key, {}).get("data", [0.0]))}  # fmt: skip
-        touching = {node.name for node in self.proto.graph.node
-                    if unbounded.intersection(node.input) or unbounded.intersection(node.output)}  # fmt: skip
-        return [name for name in nodes if name not in touching]
+        return frozenset(node.name for node in self.proto.graph.node
+                         if unbounded.intersection(node.input) or unbounded.intersection(node.output))  # fmt: skip
 
     def close(self) -> None:
         """Removes the quantized models (the calibration stays in ``work``)."""

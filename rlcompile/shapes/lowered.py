@@ -67,21 +67,15 @@ def lowered_candidates(precisions: Sequence[str], libraries: Sequence[str]) -> l
     return found
 
 
-def clean_lowered(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The graph clean-up every level starts from (:mod:`rlcompile.graph.cleanup`: its attention rewrite lets
-    OpenVINO fuse an exported transformer's attention), for the variants held to the accuracy contract."""
-    from rlcompile.graph import onnx_graph
-    from rlcompile.graph.cleanup import clean_graph
-
-    cleaned, applied = clean_graph(onnx_graph.from_proto(proto))
-    return onnx_graph.to_proto(cleaned) if applied else proto
-
-
 def int8_models(proto: onnx.ModelProto, variants: Sequence[Variant], calibration: Sequence[dict[str, np.ndarray]],
                 work: Path, progress: Listener) -> Callable[[Variant], onnx.ModelProto | None]:  # fmt: skip
-    """The model each variant runs: the user's for fp32, the start graph cleaned (:func:`clean_lowered`) for a
-    lowered variant, quantized once per (recipe, runtime) for an int8 one; ``None`` where the quantizer fails."""
-    original, proto = named(proto), named(clean_lowered(proto))
+    """The model each of ``variants`` runs: the user's for fp32; for a lowered variant the graph cleaned as every level
+    starts from it (:mod:`rlcompile.graph.cleanup`: its attention rewrite lets OpenVINO fuse an exported transformer's
+    attention), quantized once per (recipe, runtime) for an int8 one; ``None`` where the quantizer fails."""
+    from rlcompile.graph.cleanup import clean_proto
+
+    original = named(proto)
+    proto = named(clean_proto(proto)) if any(variant.lowered for variant in variants) else original
     nodes = anchors(proto)
     # a bias Add is no companion (as in the precision space): with all-MiniLM-L6-v2's Q/K/V bias Adds quantized,
     # OpenVINO's compile at 1 x 128 died of a floating-point exception

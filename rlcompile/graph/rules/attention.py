@@ -89,7 +89,7 @@ class UnguardAttention(StructuralRule):
         finite = onnx_graph.add_constant(graph, np.full(lowest.shape, np.finfo(lowest.dtype).min, lowest.dtype),
                                          "masked_fill_finite")  # fmt: skip
         bias = node_like(graph, "Where", [mask, zero, finite], where.outputs[0], hint="MaskedFillFinite")
-        add.replace_input_with(masked_fill(add)[1], bias)
+        add.replace_input_with(list(add.inputs).index(where.outputs[0]), bias)
         onnx_graph.replace_value(guard.outputs[0], softmax.outputs[0])
         any_key = self.any_key(graph, mask, matmul.outputs[0].dtype)
         output = matmul.outputs[0]
