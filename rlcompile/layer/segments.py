@@ -11,7 +11,7 @@ all-ONNX-Runtime plan is one segment: the model itself, run natively.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -157,6 +157,8 @@ class SegmentEngine:
         #: (it costs microseconds, a tenth of a small model's run)
         self.direct = len(self.compiled) == 1 and self.compiled[0].segment.outputs == self.outputs and (
             self.compiled[0].segment.inputs == self.inputs)
+        #: that segment's runner called by input name (:meth:`~rlcompile.runtimes.base.Runner.caller`), else None
+        self.call = self.compiled[0].runner.caller(self.inputs) if self.direct else None
 
     @classmethod
     def compile(cls, segments: Sequence[Segment], inputs: Sequence[str], outputs: Sequence[str], threads: int,
@@ -185,11 +187,15 @@ class SegmentEngine:
         exclusively; PyTorch's workers spin after each of its segments): what a contest waits after its turn."""
         return max(item.runner.wind_down_s for item in self.compiled)
 
+    def caller(self) -> Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]:
+        """:meth:`run` as one callable: the one segment's own call by name where there is one (:attr:`call`)."""
+        return self.call or self.run
+
     def run(self, feeds: Mapping[str, np.ndarray], clock: list[list[float]] | None = None) -> list[np.ndarray]:
         """The model's outputs for ``feeds``. ``clock`` (a list per segment): each segment's seconds in this run,
         its inputs' hand-over included, are appended to its list: what the segment costs in context."""
-        if self.direct and clock is None:
-            return self.compiled[0].runner.run_named(self.inputs, feeds)
+        if self.call is not None and clock is None:
+            return self.call(feeds)
         values = {name: np.asarray(feeds[name]) for name in self.inputs}
         for index, item in enumerate(self.compiled):
             started = time.perf_counter()

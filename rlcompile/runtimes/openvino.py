@@ -13,7 +13,7 @@ one OpenVINO model; int8 islands can (QDQ nodes).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -49,6 +49,14 @@ class OpenVinoRunner(Runner):
         # slower (1.155 against 1.078 ms in one alternating run, twins 0.3% apart), the outputs taken as a tuple
         results = self.request.infer(dict(enumerate(inputs)), share_inputs=True)
         return list(results.to_tuple())
+
+    def caller(self, names: Sequence[str]) -> Callable[[Feeds], list[np.ndarray]]:
+        infer, positions = self.request.infer, list(enumerate(names))
+
+        def call(feeds: Feeds) -> list[np.ndarray]:
+            return list(infer({index: feeds[name] for index, name in positions}, share_inputs=True).to_tuple())
+
+        return call
 
 
 def layers(compiled, times: dict[str, list[float]]) -> list[tuple[frozenset[str], float]]:

@@ -72,10 +72,13 @@ class OrtRunner(Runner):
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, dict(zip(self.input_names, inputs, strict=True)))
 
-    def run_named(self, names: Sequence[str], feeds: Feeds) -> list[np.ndarray]:
-        if names == self.input_names and len(feeds) == len(names):
-            return self.session.run(None, feeds)  # the caller's mapping as it is, as a native user calls ORT
-        return super().run_named(names, feeds)
+    def caller(self, names: Sequence[str]) -> Callable[[Feeds], list[np.ndarray]]:
+        general = super().caller(names)
+        if list(names) != self.input_names:
+            return general
+        run, count = self.session.run, len(self.input_names)
+        # the caller's mapping as it is, as a native user calls ONNX Runtime; one with other keys too goes by name
+        return lambda feeds: run(None, feeds) if len(feeds) == count else general(feeds)
 
     def run(self, feeds: Feeds) -> list[np.ndarray]:
         return [np.asarray(output) for output in self.session.run(None, dict(feeds))]

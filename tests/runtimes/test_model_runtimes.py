@@ -193,3 +193,14 @@ def test_tvm_runs_every_output_of_a_multi_output_model(tmp_path: Path) -> None:
     assert len(outputs) == 2
     np.testing.assert_array_equal(outputs[0], [0.0, 0.5, 2.0])
     np.testing.assert_array_equal(outputs[1], [1.0, -0.5, -2.0])
+
+
+@pytest.mark.parametrize("name", ["ort", "openvino", "tvm"])
+def test_a_runners_caller_by_name_gives_its_outputs_and_ignores_other_keys(lenet5, name: str) -> None:
+    """The callable a saved plan's run is: the runtime's own call where it takes the mapping, by name otherwise."""
+    runner = lenet5.compile(runtimes.create(name))
+    feeds = lenet5.random_inputs()
+    expected = runner.run(feeds)
+    call = runner.caller(runner.input_names)
+    for given in (feeds, {**feeds, "unused": np.zeros(1)}):
+        assert compare_outputs(expected, [np.asarray(out) for out in call(given)]).within()
