@@ -100,7 +100,7 @@ def corpus_rows() -> list[list[str]]:
     if outside:
         ratios = [o["plan_over_faster_native"] for o in outside]
         within = sum(not o["slower"] for o in outside)
-        figure = (f"{within} of {len(outside)} `optimize`/`select` outputs timed so at or below the faster fp32 native "
+        figure = (f"{within} of {len(outside)} `optimize`/`select` outputs at or below the faster fp32 native "
                   f"beyond its twins' spread; {min(ratios):.2f}-{max(ratios):.2f}x it")
         rows.append(["outputs timed from outside (fresh process, both natives)", figure, None, CORPUS_JSON,
                      CORPUS_COMMAND])  # fmt: skip
