@@ -130,9 +130,11 @@ class LoadedPlan:
     engine: SegmentEngine = field(repr=False)
     reference_inputs: dict[str, np.ndarray] = field(repr=False)
     reference_outputs: list[np.ndarray] = field(repr=False)
+    #: ``run(feeds)``: the model's outputs for ``feeds`` (by input name); the engine's own callable, bound once, so no
+    #: method layer stands between the user and the runtime (:meth:`SegmentEngine.caller`)
+    run: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # run is the engine's own callable, bound once: no method layer between the user and the runtime
         self.run = self.engine.caller()
 
     @property
@@ -147,10 +149,6 @@ class LoadedPlan:
     def record(self) -> Manifest:
         """The manifest (what :mod:`rlcompile.saved` reads of any saved result)."""
         return self.manifest
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:  # replaced per instance by __post_init__
-        """The model's outputs for ``feeds`` (by input name)."""
-        return self.engine.run(feeds)
 
     def timer(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
         """One call of the plan on ``feeds``, as a user calls :meth:`run`."""

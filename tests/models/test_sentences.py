@@ -71,7 +71,7 @@ def test_the_metric_reads_the_first_floating_point_output():
     ids, mask = np.arange(8)[None], np.ones((1, 8), np.int64)
     fp32 = [ids, mask, hidden, hidden.mean(1)]
     moved = [ids, mask, hidden + rng.standard_normal(hidden.shape).astype(np.float32), hidden.mean(1)]
-    assert sentences.token_states(fp32) is not None and sentences.token_states(fp32).shape == (1, 8, 16)
+    assert sentences.token_states(fp32).shape == (1, 8, 16)
     assert sentences.embedding_error({"attention_mask": mask}, fp32, fp32) == pytest.approx(0.0, abs=1e-12)
     assert sentences.embedding_error({"attention_mask": mask}, fp32, moved) > 0.01
 
