@@ -259,13 +259,13 @@ def serve_saved(path: str | Path, concurrency: int | None = None, block_s: float
     contenders = [Server(PLAN_SERVER, tuple(lambda: pool.run(feeds) for _ in range(concurrency)))]
     original = original_model(record)
     if original is not None:
-        contenders += native_servers(original.proto, feeds, concurrency, record.threads)
+        given = original.native_proto
+        contenders += native_servers(given, feeds, concurrency, record.threads)
         default = serving_candidates("ort", concurrency, record.threads)[0]
-        one = servers(default, original.proto, feeds, 1)
+        one = servers(default, given, feeds, 1)
         contenders.append(Server(f"{contenders[1].label}, one caller (what latency measures)", tuple(one)))
-        contenders.append(Server(f"{contenders[1].label} (identical)", tuple(servers(default, original.proto, feeds,
-                                                                                     concurrency)),
-                                 twin_of=contenders[1].label))  # fmt: skip
+        twin = tuple(servers(default, given, feeds, concurrency))
+        contenders.append(Server(f"{contenders[1].label} (identical)", twin, twin_of=contenders[1].label))
     progress(Phase("run", f"serving {concurrency} requests in flight: the plan beside the natives' configurations, "
                           f"{rounds} rounds of {block_s:g} s", "measure"))  # fmt: skip
     return throughput_contest(contenders, block_s, rounds)

@@ -119,7 +119,7 @@ class GroupedModel:
         if len(segments) == 1 and self.original is not None and self.runs_original(segments[0].library):
             whole = segments[0]
             whole.inputs, whole.outputs = list(self.inputs), list(self.outputs)
-            whole.proto = self.original.proto
+            whole.proto = self.original.native_proto
             return segments
         self.extractor.attach(segments, stem=f"{self.name}_segment")
         return segments

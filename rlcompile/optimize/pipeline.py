@@ -220,7 +220,7 @@ def stage_latencies(selection: Selection, records: dict) -> LatencyRecord:
         graph = min([ms for ms in selection.single_library_ms(("ort", "openvino"))] or [original])
     kernel = min([graph, *selection.single_library_ms(("tvm",))])
     chosen = selection.chosen
-    twin = native_twin(chosen, selection.model.proto, natives) if chosen.engine is not None else None
+    twin = native_twin(chosen, selection.model.native_proto, natives) if chosen.engine is not None else None
     final = natives[twin] if twin is not None else chosen.measured.median_ms
     agreement = chosen.agreement.to_dict() if chosen.agreement else None
     untouched = chosen.engine.libraries[0] if chosen.untouched and chosen.engine is not None else None

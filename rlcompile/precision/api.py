@@ -132,7 +132,7 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
         candidate.measured, candidate.round_ms = None, None
     selection.native_calls = natives
     selection.take_final(time_candidates(grouped, selection.candidates, selection.final_timers(), timing, progress,
-                                         final_deadline, model.proto))  # fmt: skip
+                                         final_deadline, model.native_proto))  # fmt: skip
     evaluator.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
     if grouped is not selection.grouped:

@@ -292,6 +292,33 @@ def test_the_original_model_run_whole_by_each_runtime_is_always_a_candidate(sele
     assert np.isnan(selection.expected_ms(unpriced))
 
 
+def test_the_native_runs_and_the_untouched_plans_run_the_model_as_given_not_as_folded(tmp_path: Path):
+    """A model folded at load time (its shapes computed at run time) is run natively as the user gave it: the native
+    runs, the untouched candidates and a plan that keeps one of them run the file's own graph, never the fold."""
+    from tests.conftest import write_dynamic_conv_model
+
+    model = load_model(str(write_dynamic_conv_model(tmp_path / "dynamic_conv.onnx")), {"x": (1, 3, 8, 8)})
+    assert model.given is not None and model.native_proto is model.given
+    chosen = select_segments(model, "exact", threads=1, library_names=["ort", "openvino"], table_dir=tmp_path,
+                             timing=BLOCKS)  # fmt: skip
+    untouched = [c for c in chosen.candidates if c.untouched]
+    assert {c.engine.libraries[0] for c in untouched} == {"ort", "openvino"}
+    assert all(c.engine.compiled[0].segment.proto is model.given for c in untouched)
+    assert all(c.engine.compiled[0].segment.proto is not model.given for c in chosen.candidates if not c.untouched)
+    if chosen.chosen.untouched:  # the plan saved is then the file's graph
+        save_plan(chosen, tmp_path / "plan")
+        saved = onnx_ops(tmp_path / "plan" / "segments")
+        assert "Shape" in saved
+    assert chosen.chosen.agreement.within()
+
+
+def onnx_ops(folder: Path) -> set[str]:
+    """The operator types of every ONNX file in ``folder``."""
+    import onnx
+
+    return {node.op_type for path in folder.glob("*.onnx") for node in onnx.load(str(path)).graph.node}
+
+
 def test_a_model_openvino_refuses_whole_is_selected_with_onnx_runtime_as_the_native_run(tmp_path: Path):
     """OpenVINO's converter rejects an AveragePool whose kernel is larger than its input (HF EfficientNet's
     pooler; ONNX Runtime takes it with ceil_mode): the native runs are ONNX Runtime's, said in an event."""
@@ -496,7 +523,9 @@ def test_plans_are_solved_after_a_probe_only_when_another_probe_can_measure_them
 def test_the_last_probe_reserves_nothing_for_plans_it_will_not_find():
     """What must follow a probe: the compiles of the plans it finds (at the slowest plan compile so far) and of the
     whole models (at a native session's), and the final contest with them; the last probe finds none."""
-    from rlcompile.layer.selection.deadline import REFINED_PLANS, FinalReserve
+    import time
+
+    from rlcompile.layer.selection.deadline import REFINED_PLANS, SETTLE_SHARE, FinalReserve, settle_seconds
 
     plans = [Candidate(["single:ort"], ["ort"], 30.0, engine=object())]
     reserve = FinalReserve(0.05, natives=4, runtimes=2, whole_s=0.5)
@@ -513,6 +542,12 @@ def test_the_last_probe_reserves_nothing_for_plans_it_will_not_find():
     # the next probe, the last, is followed by the final contest with the plans this one finds, compiled before it
     assert reserve.after_probe_s(plans, compile_s=1.5, compiles=0, refined=REFINED_PLANS) == pytest.approx(
         reserve.final_floor_s(plans, refined=REFINED_PLANS) + 2 * 0.5)
+    # the time kept for the final contest's settling follows every probe, beyond the contest's floor
+    assert settle_seconds(None) == 0.0 and settle_seconds(time.monotonic() - 1.0) == 0.0
+    assert settle_seconds(time.monotonic() + 35.0) == pytest.approx(SETTLE_SHARE * 35.0, rel=0.01)
+    settling = FinalReserve(0.05, natives=4, runtimes=2, whole_s=0.5, settle_s=7.0)
+    assert settling.final_floor_s(plans) == pytest.approx(reserve.final_floor_s(plans))
+    assert settling.after_probe_s(plans, compile_s=1.5, compiles=0) == pytest.approx(last + 7.0)
 
 
 def test_a_second_probe_times_only_the_plans_not_probed_yet_and_the_single_library_plans(selection):

@@ -47,6 +47,10 @@ def test_dynamic_model_with_input_shape_is_static_folded_and_equivalent(dynamic_
     assert model.inputs[0].shape == (2, 3, 8, 8) and model.inputs[0].is_static
     assert "Shape" not in model.op_counts()  # the shape computation was folded away
     assert any("folded" in note for note in model.notes)
+    # the runtimes run the model as given natively, its input fixed to the shape asked for
+    given = model.native_proto
+    assert given is model.given and "Shape" in {node.op_type for node in given.graph.node}
+    assert [d.dim_value for d in given.graph.input[0].type.tensor_type.shape.dim] == [2, 3, 8, 8]
 
     from rlcompile.runtimes.ort import run_proto
 
@@ -69,7 +73,7 @@ def test_bad_overrides_are_refused(dynamic_conv_model: Path, shapes: dict, messa
 
 def test_static_user_model_loads_unchanged(static_matmul_model: Path) -> None:
     model = load_model(str(static_matmul_model))
-    assert model.name == "static_matmul" and model.notes == []
+    assert model.name == "static_matmul" and model.notes == [] and model.native_proto is model.proto
     assert model.proto.graph == onnx.load(str(static_matmul_model)).graph
 
 

@@ -35,6 +35,7 @@ from rlcompile.layer.selection.deadline import (
     plan_seconds,
     plans_found,
     probe_deadline,
+    settle_seconds,
     solve_seconds,
 )
 from rlcompile.layer.selection.pricing import gauge_calls, idle_band, left_out_words, price_candidates
@@ -95,6 +96,7 @@ def select_segments(
     grouped = group_model(model, seed)
     path = table_file(model, list(created), threads, table_dir, tuning_db)
     original = baseline or model
+    settle_s = settle_seconds(deadline)
     started = time.monotonic()
     natives = native_timers(original, grouped.feeds, threads, created, progress)
     gauges = gauge_calls(natives)
@@ -105,7 +107,7 @@ def select_segments(
         call_s = call_seconds(natives["ort native"])
         floor_s = contest.floor_seconds([call_s] * (len(natives) + len(ungauged) + len(created) + 2), ROUNDS)
         calibration_s = contest.floor_seconds([call_s] * (len(created) + len(gauges)))  # each library's plan, gauges
-        reserved = floor_s + calibration_s + (later_compiles(len(created)) + len(ungauged)) * compile_s
+        reserved = floor_s + calibration_s + (later_compiles(len(created)) + len(ungauged)) * compile_s + settle_s
         profile_deadline = deadline - reserved - FINAL_SHARE * max(0.0, deadline - reserved - time.monotonic())
         calibrate_by = profile_deadline + calibration_s + len(created) * compile_s
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline, calibrate_by,
@@ -129,7 +131,7 @@ def select_segments(
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
     reference = run_proto(original.proto, grouped.feeds)
-    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), compile_s, len(ungauged))
+    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), compile_s, len(ungauged), settle_s)
     compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
     # only when it leaves those compiles and the final contest their time
@@ -147,7 +149,7 @@ def select_segments(
         solve = refined > 0 and another_probe_fits(
             deadline, ready, reserve.after_probe_s(candidates, compile_s, later, refined + later), probe_floor_s)
         problem, result = refine(problem, result, candidates, natives, grouped.feeds, solver, seed, agent, timing,
-                                 progress, until, round_index, solve, original.proto)  # fmt: skip
+                                 progress, until, round_index, solve, original.native_proto)  # fmt: skip
         save_table(problem.table, path)
         compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     price_candidates(problem, candidates)
@@ -157,7 +159,7 @@ def select_segments(
                                       skip=natively_run(candidates, original))  # fmt: skip
     mark_untouched(candidates, original)
     twins = plan_twin_timers(grouped, candidates, created, threads, ungauged, progress)
-    final = time_candidates(grouped, candidates, natives | twins, timing, progress, deadline, original.proto)
+    final = time_candidates(grouped, candidates, natives | twins, timing, progress, deadline, original.native_proto)
     selection = Selection(original, grouped, agent, threads, problem.table, path, reused, result, candidates,
                           pick(candidates), unavailable=unavailable, native_calls=natives,
                           reference=reference, plan_twin_calls=twins, left_out=left_out)  # fmt: skip

@@ -185,12 +185,12 @@ def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE, noise: float |
 def mark_untouched(candidates: list[Candidate], original: LoadedModel) -> None:
     """Mark the candidates that run ``original``'s very proto whole in one library (:attr:`Candidate.untouched`)."""
     for candidate in candidates:
-        candidate.untouched = candidate.engine is not None and candidate.engine.runs_whole(original.proto)
+        candidate.untouched = candidate.engine is not None and candidate.engine.runs_whole(original.native_proto)
 
 
 def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:
     """The runtimes whose candidate already is the original model run whole (a one-segment single-runtime plan)."""
-    return {c.engine.libraries[0] for c in candidates if c.engine and c.engine.runs_whole(original.proto)}
+    return {c.engine.libraries[0] for c in candidates if c.engine and c.engine.runs_whole(original.native_proto)}
 
 
 def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, threads: int,
@@ -203,7 +203,7 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
     for name in (REFERENCE_RUNTIME, "openvino"):
         if name not in created or name in skip:
             continue
-        segment = Segment(name, everything, list(grouped.inputs), list(grouped.outputs), baseline.proto)
+        segment = Segment(name, everything, list(grouped.inputs), list(grouped.outputs), baseline.native_proto)
         label = f"native:{name} (original graph)" if rewritten else f"native:{name}"
         candidate = Candidate([label], [name] * len(everything), float("nan"))
         try:

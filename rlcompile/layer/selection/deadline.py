@@ -27,6 +27,10 @@ REFINED_PLANS = 2
 #: With a deadline, the refining probe gets this share of the time left beyond the final contest's floor, and
 #: runs only when twice its own floor fits there.
 PROBE_SHARE = 0.3
+#: With a deadline, this share of the selection's time is kept for the final contest to settle in, beyond its floor:
+#: neither the profile nor a probe may use it. With only what they left, ``optimize --quick`` on hf:albert (2-core
+#: Zen 4) ran its final contest for 2 rounds, its twins 7.3% apart; on mobilenet_v2 (80 s) the profile ends 5 s sooner.
+SETTLE_SHARE = 0.2
 #: With a deadline, a search (Q-learning, random) fits its episodes into this share of the time left: on the 2-core
 #: VM in a slow spell, Q-learning's 1,620 episodes over convnext's 81 groups took 12 s of a 60 s budget.
 SOLVE_SHARE = 0.05
@@ -35,6 +39,12 @@ SOLVE_SHARE = 0.05
 def solve_seconds(deadline: float | None) -> float | None:
     """The time a solve may take before ``deadline`` (:data:`SOLVE_SHARE` of what is left; none without one)."""
     return None if deadline is None else max(0.0, SOLVE_SHARE * (deadline - time.monotonic()))
+
+
+def settle_seconds(deadline: float | None) -> float:
+    """The seconds kept for the final contest's settling (:data:`SETTLE_SHARE` of the time left; none without a
+    deadline)."""
+    return 0.0 if deadline is None else SETTLE_SHARE * max(0.0, deadline - time.monotonic())
 
 
 def later_compiles(libraries: int) -> int:
@@ -74,6 +84,8 @@ class FinalReserve:
     whole_s: float
     #: the plan twins compiled before the final contest (:data:`PLAN_TWIN`), each in ``whole_s``, and timed in it
     twins: int = 0
+    #: the seconds kept for the final contest's settling beyond its floor (:data:`SETTLE_SHARE`)
+    settle_s: float = 0.0
 
     def final_floor_s(self, candidates: list[Candidate], refined: int = REFINED_PLANS) -> float:
         """The final contest's least time: the runnable candidates at their predictions, and at a native call's each
@@ -91,7 +103,7 @@ class FinalReserve:
         measured 1.16-1.26x their prediction."""
         refined = compiles if refined is None else refined
         whole = (self.runtimes + self.twins) * self.whole_s
-        return self.final_floor_s(candidates, refined) + compiles * compile_s + whole
+        return self.final_floor_s(candidates, refined) + compiles * compile_s + whole + self.settle_s
 
 
 def plans_found(round_index: int) -> int:

@@ -270,7 +270,7 @@ class Judged:
         pairs = [(self.natives[probe], self.natives[native])
                  for probe, native in PROBES.items() if probe in self.natives and native in self.natives]  # fmt: skip
         for candidate in self.candidates:
-            native = native_twin(candidate, self.model.proto, self.natives) if candidate.engine else None
+            native = native_twin(candidate, self.model.native_proto, self.natives) if candidate.engine else None
             if candidate.measured and native:
                 pairs.append((candidate.measured, self.natives[native]))
         ratios = [abs(a.median_ms / b.median_ms - 1) for a, b in pairs]
