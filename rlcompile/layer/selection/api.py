@@ -83,7 +83,8 @@ def select_segments(
     never slower than what the user had, whatever the rewrite does to one library.
     ``mixed=False``: only single-library plans are candidates (no library switches).
     ``deadline`` (``time.monotonic()``): the profile stops adding libraries when :data:`FINAL_SHARE` of the
-    time left is what remains, and the refining probe is skipped past it; the final contest always runs.
+    time left is what remains, and the refining probe is skipped past it; the final contest always runs, with a share
+    of the time (:data:`~rlcompile.layer.selection.deadline.SETTLE_SHARE`) that nothing before it may use.
     ``leave_out_idle=False``: every library stays in the plans, even one the table's optimum does as well without
     (:func:`~rlcompile.layer.problem.idle_libraries`): ``select`` and ``optimize`` pass it when the user named the
     libraries (``--libraries``), whose choice is then the user's.

@@ -183,7 +183,8 @@ def pick(candidates: list[Candidate], rule: KeepRule = PLAN_RULE, noise: float |
 
 
 def mark_untouched(candidates: list[Candidate], original: LoadedModel) -> None:
-    """Mark the candidates that run ``original``'s very proto whole in one library (:attr:`Candidate.untouched`)."""
+    """Mark the candidates that run ``original`` as given (its :attr:`~LoadedModel.native_proto`) whole in one library
+    (:attr:`Candidate.untouched`)."""
     for candidate in candidates:
         candidate.untouched = candidate.engine is not None and candidate.engine.runs_whole(original.native_proto)
 
