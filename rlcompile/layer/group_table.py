@@ -119,7 +119,7 @@ class GroupedModel:
         if len(segments) == 1 and self.original is not None and self.runs_original(segments[0].library):
             whole = segments[0]
             whole.inputs, whole.outputs = list(self.inputs), list(self.outputs)
-            whole.proto = self.original.native_proto
+            whole.proto = self.original.proto_for(runtimes.create(whole.library))
             return segments
         self.extractor.attach(segments, stem=f"{self.name}_segment")
         return segments
@@ -154,8 +154,10 @@ class GroupedModel:
         return self.extractor.extract(Segment("", [index], group.inputs, group.outputs), f"group{index:03d}")
 
     def runs_original(self, library: str) -> bool:
-        """Whether ``library`` claims every node of the model as loaded (before BatchNorm folding)."""
-        return runtimes.create(library).supports(list(self.original.proto.graph.node))
+        """Whether ``library`` claims every node of the model it would run whole (before BatchNorm folding):
+        :meth:`~rlcompile.models.onnx_model.LoadedModel.proto_for`, what :meth:`segments` hands it."""
+        runtime = runtimes.create(library)
+        return runtime.supports(list(self.original.proto_for(runtime).graph.node))
 
 
 def group_model(model: LoadedModel, seed: int = 0) -> GroupedModel:

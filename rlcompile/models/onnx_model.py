@@ -105,8 +105,12 @@ class LoadedModel:
         model handed over once (:meth:`~rlcompile.runtimes.base.Runtime.compile_copies`)."""
         from rlcompile.runtimes import NATIVE
 
-        proto = self.static_proto() if runtime.needs_static_shapes else self.native_proto
-        return runtime.compile_copies(proto, count, options or NATIVE, self.name)
+        return runtime.compile_copies(self.proto_for(runtime), count, options or NATIVE, self.name)
+
+    def proto_for(self, runtime: Runtime) -> onnx.ModelProto:
+        """The proto ``runtime`` is handed to run this whole model: as given (:attr:`native_proto`), folded for a
+        runtime that needs constant shapes (:meth:`static_proto`)."""
+        return self.static_proto() if runtime.needs_static_shapes else self.native_proto
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Reproducible random inputs; see :func:`random_tensor`."""
