@@ -117,7 +117,8 @@ class Settle:
     measured 1.5x slower than the best after the first batch keeps that measurement; timing it longer would
     change no decision and would take the time the close ones need. With ``everyone``, a batch times every
     contender while a batch of all of them fits, and only those in contention when just that fits: for a
-    contest whose every measurement is reported and checked against a prediction (the layer level's final one).
+    contest whose every measurement is reported and checked against a prediction (the layer level's final one), unless
+    its twins differ by more than ``noisy``: then the batches go to the contenders in contention.
 
     With ``spread``, a contest the twins leave settled still gives another batch to each contender whose blocks
     disagree (its slowest block median more than ``1 + spread`` times its fastest), timed beside the twins and the
@@ -149,12 +150,15 @@ class Settle:
         """Whether one more batch is measured while the twins disagree."""
         return noise is not None and noise > self.target and self.has_room(batches, batch_seconds, noise)
 
+    def too_noisy(self, noise: float | None) -> bool:
+        """Whether the twins differ by more than :attr:`noisy`: the settling batches then time only the contenders in
+        contention, even with :attr:`everyone`, so the time left goes to the decision."""
+        return self.noisy is not None and noise is not None and noise > self.noisy
+
     def has_room(self, batches: int, batch_seconds: float, noise: float | None = None) -> bool:
         """Whether one more batch of ``batch_seconds`` fits within the batches (those for a noisy contest too, when
         ``noise`` is beyond :attr:`noisy`) and before the deadline."""
-        limit = self.max_batches
-        if self.noisy is not None and noise is not None and noise > self.noisy:
-            limit += self.noisy_batches
+        limit = self.max_batches + (self.noisy_batches if self.too_noisy(noise) else 0)
         if batches >= limit:
             return False
         return self.deadline is None or time.monotonic() + batch_seconds <= self.deadline
@@ -201,9 +205,15 @@ class Standings:
 
     @property
     def noise(self) -> float | None:
-        """The largest |ratio - 1| between a twin and the contender it copies (``None`` without twins)."""
-        ratios = [abs(self.median(twin) / self.median(original) - 1) for twin, original in self.twins.items()]
+        """The largest |ratio - 1| between a twin and the contender it copies, judged round by round
+        (:meth:`ratio`; ``None`` without twins)."""
+        ratios = [abs(self.ratio(twin, original) - 1) for twin, original in self.twins.items()]
         return max(ratios) if ratios else None
+
+    def ratio(self, label: str, other: str) -> float:
+        """How long ``label`` took over ``other``: the median over the rounds both were timed in of their blocks'
+        ratio (:func:`pair_ratio`)."""
+        return pair_ratio(self.round_ms.get(label), self.round_ms.get(other), self.median(label), self.median(other))
 
     def gain(self, challenger: str, incumbent: str) -> float:
         """How much faster ``challenger`` ran than ``incumbent`` (negative: slower)."""
@@ -414,10 +424,11 @@ def settling_batch(contenders: Sequence[Contender], standings: Standings, settle
     batch (``turns``); none when the contest is settled or out of time (:class:`Settle`)."""
     if batches < settle.min_batches and settle.has_room(batches, sum(turns)):
         return list(range(len(contenders)))
-    if settle.everyone and settle.allows(standings.noise, batches, sum(turns)):
+    noise = standings.noise
+    if settle.everyone and settle.allows(noise, batches, sum(turns)) and not settle.too_noisy(noise):
         return list(range(len(contenders)))
     close = in_contention(contenders, standings, settle.contention)
-    if settle.allows(standings.noise, batches, sum(turns[i] for i in close)):
+    if settle.allows(noise, batches, sum(turns[i] for i in close)):
         return close
     return spread_batch(contenders, standings, settle, batches, turns)
 
@@ -455,13 +466,26 @@ def in_contention(contenders: Sequence[Contender], standings: Standings, content
 
 def tally(contenders: Sequence[Contender], samples: list[list[float]], rounds: int,
           blocks: Sequence[dict[int, float]] | None = None) -> Standings:  # fmt: skip
-    """The standings of ``contenders`` from their pooled ``samples`` (and their blocks by round)."""
+    """The standings of ``contenders`` from their pooled ``samples`` (and their blocks by round), each median judged
+    round by round against the fastest contender that has a twin (:func:`yardstick`)."""
     by_round = {c.label: dict(one) for c, one in zip(contenders, blocks, strict=True)} if blocks else {}
     pooled = {c.label: summarize(values) for c, values in zip(contenders, samples, strict=True)}
     twins = {c.label: c.twin_of for c in contenders if c.twin_of is not None}
-    reference = next(iter(twins.values()), contenders[0].label if contenders else None)
+    reference = yardstick(pooled, by_round, list(dict.fromkeys(twins.values())) or [c.label for c in contenders[:1]])
     return Standings(paired_medians(pooled, by_round, reference), twins,
                      {c.label: c.simplicity for c in contenders}, rounds, by_round)  # fmt: skip
+
+
+def yardstick(pooled: dict[str, LatencyStats], by_round: dict[str, dict[int, float]],
+              originals: Sequence[str]) -> str | None:
+    """The contender every median is judged against round by round: of the ``originals`` (the contenders with a twin:
+    the native runs), the fastest, judged round by round against the first. A plan's gain over the faster native, the
+    decision a contest exists for, is then the median of their blocks' ratios in the same rounds, and the twins of
+    that native gauge exactly that comparison's noise."""
+    if not originals:
+        return None
+    first = paired_medians(pooled, by_round, originals[0])
+    return min(originals, key=lambda label: first[label].median_ms)
 
 
 def paired_medians(pooled: dict[str, LatencyStats], by_round: dict[str, dict[int, float]],
@@ -485,6 +509,15 @@ def paired_medians(pooled: dict[str, LatencyStats], by_round: dict[str, dict[int
         else:
             paired[label] = replace(stats, median_ms=anchor * ratio, pooled_median_ms=stats.median_ms)
     return paired
+
+
+def pair_ratio(blocks: dict[int, float] | None, other_blocks: dict[int, float] | None, median_ms: float,
+               other_ms: float) -> float:  # fmt: skip
+    """One contender's time over another's: the median of their blocks' ratios over the rounds both were timed in
+    (:func:`round_ratio`), their medians' ratio where they share no round. The one measure of two contenders (a twin
+    and its original, a plan and a native) used by every noise and every comparison that pairs them."""
+    ratio = round_ratio(blocks or {}, other_blocks or {})
+    return ratio if ratio is not None else median_ms / other_ms
 
 
 def round_ratio(blocks: dict[int, float], reference: dict[int, float]) -> float | None:

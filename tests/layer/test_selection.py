@@ -53,6 +53,10 @@ def test_selection_measures_every_candidate_and_keeps_the_fastest(selection):
               for twin, native in (("ort native (identical session)", "ort native"),
                                    ("openvino native (identical session)", "openvino native"))]  # fmt: skip
     assert selection.paired_noise == pytest.approx(max(paired))
+    assert selection.noise >= selection.paired_noise - 1e-12  # the natives' pairs and the plans that twin them
+    # every median judged round by round against the faster native, which keeps its own
+    faster = min(("ort native", "openvino native"), key=lambda label: selection.natives[label].median_ms)
+    assert selection.natives[faster].pooled_median_ms is None
     assert selection.to_dict()["paired_noise"] == selection.paired_noise
     # PyTorch has no native run: its single-library plan, compiled a second time, gauged its speed in the contest
     assert set(selection.plan_twins) == {"single:torch (identical plan)"}

@@ -134,6 +134,15 @@ def test_a_contest_that_settles_everyone_times_only_the_close_ones_when_just_the
     assert settled["original"].repeats == 3 * settled.rounds
 
 
+def test_a_contest_that_settles_everyone_times_only_the_close_ones_while_its_twins_stay_beyond_noisy():
+    """Twins 50% apart (beyond ``noisy``): the settling batches go to the decision, not to the plan far behind."""
+    contenders = [Contender("original", sleeper(2)), Contender("twin", sleeper(3), twin_of="original"),
+                  Contender("far behind", sleeper(6))]  # fmt: skip
+    settle = Settle(target=0.2, max_batches=2, everyone=True, noisy=0.03)
+    settled = run_contest(contenders, BLOCKS, rounds=5, settle=settle)
+    assert settled.rounds == 10 and settled["far behind"].repeats == 15 and settled["original"].repeats == 30
+
+
 def test_a_contest_with_a_least_number_of_batches_times_everyone_that_often_though_the_twins_agree():
     """Twins that agree from the first batch settle no contest, but ``min_batches`` still times every contender in
     that many batches (each contender's median, not only the twins', from more of the machine's states); a batch
@@ -309,3 +318,22 @@ def test_contenders_are_judged_round_by_round_so_a_spell_that_falls_unevenly_doe
     # a contender never timed in a round beside the reference keeps its pooled median
     alone = paired_medians({"a": summarize([2.0]), "b": summarize([4.0])}, {"a": {0: 2.0}, "b": {1: 4.0}}, "a")
     assert alone["b"].median_ms == 4.0 and alone["b"].pooled_median_ms is None
+
+
+def test_every_median_is_judged_against_the_faster_native_and_each_twin_pair_against_its_own_original():
+    """Judged through ORT's blocks (noisy on their own), a plan identical round by round to OpenVINO native would
+    seem 1.7% slower, and a twin of it 1.7% apart; against OpenVINO, the faster native, both are exact."""
+    blocks = {"ort": [10, 12, 11, 12, 10], "ort twin": [10, 12, 11, 12, 10], "openvino": [6, 6, 6, 6, 6],
+              "openvino twin": [5.9, 6.1, 6.1, 5.9, 6.0], "plan": [5.9, 6.1, 6.1, 5.9, 6.0]}  # fmt: skip
+    contenders = [Contender("ort twin", sleeper(0), twin_of="ort"), Contender("ort", sleeper(0)),
+                  Contender("openvino twin", sleeper(0), twin_of="openvino"), Contender("openvino", sleeper(0)),
+                  Contender("plan", sleeper(0))]  # fmt: skip
+    samples = [list(blocks[c.label]) for c in contenders]
+    by_round = [dict(enumerate(blocks[c.label])) for c in contenders]
+    judged = tally(contenders, samples, 5, by_round)
+    assert judged["openvino"].pooled_median_ms is None  # the yardstick keeps its own median
+    assert judged.median("plan") == pytest.approx(6.0) and judged.ratio("plan", "openvino") == pytest.approx(1.0)
+    assert judged.noise == pytest.approx(0.0)
+    through_ort = paired_medians({c.label: summarize(blocks[c.label]) for c in contenders},
+                                 {c.label: dict(enumerate(blocks[c.label])) for c in contenders}, "ort")  # fmt: skip
+    assert through_ort["plan"].median_ms / through_ort["openvino"].median_ms == pytest.approx(1.0167, abs=1e-3)

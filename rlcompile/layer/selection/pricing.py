@@ -23,6 +23,7 @@ from rlcompile.layer.table import LookupTable
 from rlcompile.measure import (
     LatencyStats,
     Timer,
+    pair_ratio,
     round_ratio,
 )
 from rlcompile.models.onnx_model import LoadedModel
@@ -265,15 +266,18 @@ class Judged:
 
     @property
     def noise(self) -> float | None:
-        """The largest |ratio - 1| of two identical runs timed in this run: each library's native run and
-        its identical second session, and a one-segment candidate that runs exactly the native model."""
-        pairs = [(self.natives[probe], self.natives[native])
+        """The largest |ratio - 1| of two identical runs timed in this run, each pair judged round by round
+        (:func:`~rlcompile.measure.contest.pair_ratio`): each library's native run and its identical second session,
+        and a one-segment candidate that runs exactly the native model."""
+        blocks = self.native_round_ms
+        pairs = [(self.natives[probe], self.natives[native], blocks.get(probe), blocks.get(native))
                  for probe, native in PROBES.items() if probe in self.natives and native in self.natives]  # fmt: skip
         for candidate in self.candidates:
             native = native_twin(candidate, self.model.native_proto, self.natives) if candidate.engine else None
             if candidate.measured and native:
-                pairs.append((candidate.measured, self.natives[native]))
-        ratios = [abs(a.median_ms / b.median_ms - 1) for a, b in pairs]
+                pairs.append((candidate.measured, self.natives[native], candidate.round_ms, blocks.get(native)))
+        ratios = [abs(pair_ratio(a_blocks, b_blocks, a.median_ms, b.median_ms) - 1)
+                  for a, b, a_blocks, b_blocks in pairs]  # fmt: skip
         return max(ratios) if ratios else None
 
     @property
