@@ -176,8 +176,9 @@ class Settle:
 #: A decision settles within 4 batches (20 rounds: 1.9% between twins on average in the measurement above, 40
 #: rounds no better); a contest without twins never extends.
 SETTLE = Settle()
-#: A final contest whose twins differ by more than this after its batches measures longer (:attr:`Settle.noisy`):
-#: beyond it, a plan's gain over the native cannot be told from the machine's noise.
+#: A final contest whose twins differ by more than this settles only the contenders in contention, and after its
+#: batches measures longer (:attr:`Settle.noisy`): beyond it, a plan's gain over the native cannot be told from the
+#: machine's noise.
 NOISY_TARGET = 0.03
 
 

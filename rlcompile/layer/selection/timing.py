@@ -45,7 +45,8 @@ PLAN_TWIN = "single:{} (identical plan)"
 #: Rounds when timing the candidates (a slow spell of a shared machine then hits all of them).
 ROUNDS = DECISION_ROUNDS
 #: With a deadline, the final contest's first batch of rounds is fitted into this share of the time left; the
-#: settling batches may use the rest (every plan while a batch of all of them fits, then those still in contention).
+#: settling batches may use the rest (every plan while a batch of all of them fits and the twins are within
+#: :data:`~rlcompile.measure.contest.NOISY_TARGET`, then those still in contention).
 FIRST_BATCH_SHARE = 0.3
 #: The final contest's settling batches time every plan, not only those near the fastest: each plan is judged against
 #: its prediction, and five rounds on a 2-core VM can catch a majority of slow blocks (``benchmarks/real_world.py
@@ -215,7 +216,8 @@ def final_settle(deadline: float | None) -> Settle:
     """How the final contest settles: more rounds while its twins differ by more than
     :data:`~rlcompile.measure.contest.SETTLED_NOISE` (with a deadline, while they fit before it:
     :data:`FILL_THE_DEADLINE`; without one, at least :data:`UNHURRIED_BATCHES` batches), for every plan while a batch
-    of all of them fits (:data:`SETTLE_EVERY_PLAN`), then for those in contention, then for each whose blocks
+    of all of them fits and the twins are within :data:`~rlcompile.measure.contest.NOISY_TARGET`
+    (:data:`SETTLE_EVERY_PLAN`), then for those in contention, then for each whose blocks
     disagree (:data:`BLOCK_SPREAD`); still noisy, with longer blocks (:data:`NOISY_BATCHES`)."""
     longer = {"noisy": contest.NOISY_TARGET, "noisy_batches": NOISY_BATCHES, "grow": 2.0,
               "longest_s": LONGEST_BLOCK_S}  # fmt: skip
