@@ -515,8 +515,8 @@ def paired_medians(pooled: dict[str, LatencyStats], by_round: dict[str, dict[int
 def pair_ratio(blocks: dict[int, float] | None, other_blocks: dict[int, float] | None, median_ms: float,
                other_ms: float) -> float:  # fmt: skip
     """One contender's time over another's: the median of their blocks' ratios over the rounds both were timed in
-    (:func:`round_ratio`), their medians' ratio where they share no round. The one measure of two contenders (a twin
-    and its original, a plan and a native) used by every noise and every comparison that pairs them."""
+    (:func:`round_ratio`), their medians' ratio where they share no round. How every twin pair's noise is judged (the
+    contest's and the layer selection's); decisions compare medians, each already paired with the yardstick."""
     ratio = round_ratio(blocks or {}, other_blocks or {})
     return ratio if ratio is not None else median_ms / other_ms
 
