@@ -10,8 +10,8 @@ default session options, in three sessions; OpenVINO on the original model, its 
 (as OpenVINO's documentation recommends for shapes that do not change), with its defaults but fp32 precision, compiled
 three times, and with its defaults alone (bf16 where the CPU has it: reported, not the fp32 reference); and, for a plan
 of one segment, that segment's own session called directly (``session.run`` / ``infer``): what ``load(...).run`` adds
-over the runtime is the difference. A native's time is the median of its instances' (:data:`NATIVE_INSTANCES`): the
-plan is one more compile of a runtime, and compiles of one file land apart (:data:`NATIVE_INSTANCES` says how far).
+over the runtime is the difference. A native's time is the median of its instances': the plan is one more compile of
+a runtime, and compiles of one file land apart (:data:`NATIVE_INSTANCES` says how far).
 Each contender's median is ORT native's times the median, over the rounds, of its block over ORT native's block in
 the same round (a slow spell of the VM lasting a round slows both alike). The timing loop and that estimate are this
 file's own (not ``rlcompile.measure``): the check does not share the code it checks.
@@ -163,7 +163,7 @@ def twin_spreads(medians: dict[str, float]) -> dict[str, float]:
 
 def native_ms(medians: dict[str, float], native: str) -> float:
     """``native``'s time: the median of its instances that were timed (:data:`NATIVE_INSTANCES`)."""
-    return float(np.median([medians[label] for label in NATIVE_INSTANCES.get(native, (native,)) if label in medians]))
+    return float(np.median([medians[label] for label in NATIVE_INSTANCES[native] if label in medians]))
 
 
 def one_batch(calls: dict, blocks: dict[str, list[float]], rounds: int, block_s: float,
