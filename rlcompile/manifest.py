@@ -236,6 +236,12 @@ class Manifest(Record):
             return list(dict.fromkeys(entry["variant"]["library"] for entry in self.shapes["variants"]))
         return list(dict.fromkeys(segment["library"] for segment in self.segments))
 
+    def segment_threads(self, index: int) -> int:
+        """The threads segment ``index`` runs at: its own count where the selection measured it faster at fewer than
+        the plan's (:data:`~rlcompile.layer.selection.candidates.FEWER_THREADS`), else :attr:`threads` (the count the
+        user asked for, at which the natives were timed)."""
+        return self.segments[index].get("threads") or self.threads
+
     def save(self, directory: Path) -> Manifest:
         """Write ``directory/manifest.json`` in one step; returns this manifest, as the file holds it."""
         atomic.write_json(Path(directory) / MANIFEST, self.to_json(), indent=1)

@@ -86,7 +86,8 @@ def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None, 
     scratch = output / ".incoming"
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / SEGMENTS).mkdir(parents=True)
-    entries = [save_segment(item, scratch / SEGMENTS, index)
+    entries = [save_segment(item, scratch / SEGMENTS, index,
+                            item.threads if item.threads not in (None, selection.threads) else None)
                for index, item in enumerate(selection.chosen.engine.compiled)]  # fmt: skip
     model, chosen = selection.model, selection.chosen
     feeds = selection.grouped.feeds
@@ -111,14 +112,17 @@ def write_plan(selection, output: Path, optimize: OptimizeRecord | None = None, 
     return manifest.save(output)
 
 
-def save_segment(item: CompiledSegment, folder: Path, index: int) -> dict:
+def save_segment(item: CompiledSegment, folder: Path, index: int, threads: int | None = None) -> dict:
+    """Write segment ``index`` into ``folder``; its manifest entry. ``threads``: recorded where the segment runs at
+    other than the plan's threads (:meth:`~rlcompile.manifest.Manifest.segment_threads`)."""
     segment = item.segment
     stem = folder / f"{index:02d}_{segment.library}"
     onnx.save(segment.proto, str(stem.with_suffix(".onnx")))
     files = runtimes.create(segment.library).save(item.runner, stem)
-    return {"library": segment.library, "onnx": f"segments/{stem.name}.onnx", "files": files,
-            "groups": segment.groups, "inputs": segment.inputs, "outputs": segment.outputs,
-            "precision": segment.precision}  # fmt: skip
+    entry = {"library": segment.library, "onnx": f"segments/{stem.name}.onnx", "files": files,
+             "groups": segment.groups, "inputs": segment.inputs, "outputs": segment.outputs,
+             "precision": segment.precision}  # fmt: skip
+    return entry | ({"threads": threads} if threads else {})
 
 
 @dataclass
@@ -172,15 +176,17 @@ class LoadedPlan:
                                  "OpenVINO segment serves concurrent callers; call run() from one thread")  # fmt: skip
         recorded = self.manifest.serving or {}
         serving = (Serving.from_json(recorded["serving"]) if "serving" in recorded
-                   else Serving(segments[0]["library"], threads=self.manifest.threads,
+                   else Serving(segments[0]["library"], threads=self.manifest.segment_threads(0),
                                 precision=segments[0].get("precision", "fp32")))  # fmt: skip
         proto = onnx.load(str(self.path / segments[0]["onnx"]))
         return Pool(serving, proto, concurrency or recorded.get("concurrency") or self.manifest.threads)
 
     def describe(self) -> str:
         count = len(self.libraries)
+        counts = sorted({item.threads or self.manifest.threads for item in self.engine.compiled})
+        threads = "/".join(str(count) for count in counts)
         return (f"{self.manifest.model}, {count} segment{'s' if count > 1 else ''}: {' -> '.join(self.libraries)}, "
-                f"{self.manifest.threads} threads")  # fmt: skip
+                f"{threads} thread{'' if threads == '1' else 's'}")  # fmt: skip
 
 
 def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan | ShapedPlan:
@@ -198,16 +204,16 @@ def load_plan(path: str | Path, threads: int | None = None) -> LoadedPlan | Shap
 
         return load_shaped_plan(path, manifest, inputs, outputs, threads)
     check_machine(manifest, path)
-    threads = threads or manifest.threads
     compiled = []
-    for entry in manifest.segments:
+    for index, entry in enumerate(manifest.segments):
         onnx_path = path / entry["onnx"]
         proto = onnx.load(str(onnx_path))
         precision = entry.get("precision", "fp32")
         segment = Segment(entry["library"], entry["groups"], entry["inputs"], entry["outputs"], proto, precision)
-        options = RuntimeOptions(threads, exclusive=len(manifest.segments) == 1, precision=precision)
+        count = threads or manifest.segment_threads(index)
+        options = RuntimeOptions(count, exclusive=len(manifest.segments) == 1, precision=precision)
         runtime = runtimes.create(entry["library"])
         runner = runtime.load(proto, onnx_path.with_suffix(""), entry["files"], options)
-        compiled.append(CompiledSegment(segment, runner, 0.0))
+        compiled.append(CompiledSegment(segment, runner, 0.0, count))
     engine = SegmentEngine(compiled, [spec["name"] for spec in manifest.inputs], manifest.outputs)
     return LoadedPlan(path, manifest, engine, inputs, outputs)

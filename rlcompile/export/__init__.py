@@ -216,7 +216,7 @@ def ort_config(threads: int) -> dict:
 def write_onnxruntime(segment: onnx.ModelProto, manifest: Manifest, output: Path) -> list[str]:
     onnx.save(segment, str(output / "model.onnx"))
     serving = serving_of(manifest)
-    config = ort_config(serving.threads if serving and serving.threads else manifest.threads)
+    config = ort_config(serving.threads if serving and serving.threads else manifest.segment_threads(0))
     if serving is not None:
         config["sessions"] = serving.sessions
         config["session_config_entries"] = serving.session_config()
@@ -231,7 +231,7 @@ def write_openvino(segment: onnx.ModelProto, manifest: Manifest, output: Path) -
     model = ov.Core().read_model(segment.SerializeToString())
     ov.save_model(model, str(output / "model.xml"), compress_to_fp16=False)  # exactly the weights measured
     precision = manifest.segments[0].get("precision", "fp32")
-    config = openvino_config(RuntimeOptions(manifest.threads, exclusive=True, precision=precision))
+    config = openvino_config(RuntimeOptions(manifest.segment_threads(0), exclusive=True, precision=precision))
     serving = serving_of(manifest)
     if serving is not None:
         config = serving.openvino_config()

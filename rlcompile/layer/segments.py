@@ -144,6 +144,8 @@ class CompiledSegment:
     segment: Segment
     runner: Runner
     compile_seconds: float
+    #: the intra-op threads it was compiled with (``None``: not recorded, a plan's own count)
+    threads: int | None = None
 
 
 class SegmentEngine:
@@ -170,7 +172,7 @@ class SegmentEngine:
             runtime = (created or {}).get(segment.library) or runtimes.create(segment.library)
             started = time.perf_counter()
             runner = runtime.compile(segment.proto, options)
-            compiled.append(CompiledSegment(segment, runner, time.perf_counter() - started))
+            compiled.append(CompiledSegment(segment, runner, time.perf_counter() - started, threads))
         return cls(compiled, inputs, outputs)
 
     @property

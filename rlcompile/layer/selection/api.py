@@ -38,6 +38,7 @@ from rlcompile.layer.selection.deadline import (
     settle_seconds,
     solve_seconds,
 )
+from rlcompile.layer.selection.fewer_threads import fewer_threads_candidates, first_screens, screen_seconds
 from rlcompile.layer.selection.pricing import gauge_calls, idle_band, left_out_words, price_candidates
 from rlcompile.layer.selection.probe import probe_candidates, refine
 from rlcompile.layer.selection.record import Selection
@@ -104,11 +105,13 @@ def select_segments(
     ungauged = ungauged_libraries(created, gauges)
     compile_s = (time.monotonic() - started) / len(natives)  # a whole-model compile, until plans are timed
     profile_deadline, calibrate_by, call_s = None, None, 0.0
+    fewer = first_screens(threads, native_runtimes(natives))
     if deadline is not None:  # the contests' least times and the compiles after the profile, then a share
         call_s = call_seconds(natives["ort native"])
-        floor_s = contest.floor_seconds([call_s] * (len(natives) + len(ungauged) + len(created) + 2), ROUNDS)
+        floor_s = contest.floor_seconds([call_s] * (len(natives) + len(ungauged) + len(created) + 2 + fewer), ROUNDS)
         calibration_s = contest.floor_seconds([call_s] * (len(created) + len(gauges)))  # each library's plan, gauges
-        reserved = floor_s + calibration_s + (later_compiles(len(created)) + len(ungauged)) * compile_s + settle_s
+        compiles = later_compiles(len(created)) + len(ungauged) + fewer
+        reserved = floor_s + calibration_s + compiles * compile_s + fewer * screen_seconds(call_s) + settle_s
         profile_deadline = deadline - reserved - FINAL_SHARE * max(0.0, deadline - reserved - time.monotonic())
         calibrate_by = profile_deadline + calibration_s + len(created) * compile_s
     table, reused = load_or_profile_groups(grouped, created, threads, path, progress, profile_deadline, calibrate_by,
@@ -132,7 +135,7 @@ def select_segments(
     result = solver.solve(problem, seed, solve_seconds(deadline))
     candidates = first_candidates(problem, result, agent, mixed)
     reference = run_proto(original.proto, grouped.feeds)
-    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), compile_s, len(ungauged), settle_s)
+    reserve = FinalReserve(call_s, len(natives), native_runtimes(natives), compile_s, len(ungauged), settle_s, fewer)
     compile_s = max([compile_s, *compile_candidates(grouped, candidates, created, threads, reference, progress)])
     # the refining probes, each followed by a compile of the plans it found, then the final contest: a probe runs
     # only when it leaves those compiles and the final contest their time
@@ -158,6 +161,8 @@ def select_segments(
     # take every fusion group alone (its single-runtime plan falls back to ORT per group) still runs it whole
     candidates += baseline_candidates(original, grouped, created, threads, reference, rewritten=baseline is not None,
                                       skip=natively_run(candidates, original))  # fmt: skip
+    candidates += fewer_threads_candidates(original, grouped, created, threads, reference, natives,
+                                           rewritten=baseline is not None, progress=progress)  # fmt: skip
     mark_untouched(candidates, original)
     twins = plan_twin_timers(grouped, candidates, created, threads, ungauged, progress)
     final = time_candidates(grouped, candidates, natives | twins, timing, progress, deadline, original.native_proto)

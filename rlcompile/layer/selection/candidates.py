@@ -72,6 +72,9 @@ class Candidate:
     probe_rounds: list[int] = field(default_factory=list)
     #: the user's model as given, run whole by one library: what every other plan must beat (:func:`pick`)
     untouched: bool = False
+    #: the intra-op threads its engine runs at, where fewer than the selection's
+    #: (:mod:`~rlcompile.layer.selection.fewer_threads`); ``None``: the selection's
+    threads: int | None = None
 
     @property
     def segments(self) -> int:
@@ -101,6 +104,7 @@ class Candidate:
             "fitted_ms": self.fitted_ms,
             "probe_rounds": self.probe_rounds,
             "untouched": self.untouched,
+            "threads": self.threads,
         }
 
 
@@ -186,12 +190,21 @@ def mark_untouched(candidates: list[Candidate], original: LoadedModel) -> None:
     """Mark the candidates that run ``original`` as given (its :attr:`~LoadedModel.native_proto`) whole in one library
     (:attr:`Candidate.untouched`)."""
     for candidate in candidates:
-        candidate.untouched = candidate.engine is not None and candidate.engine.runs_whole(original.native_proto)
+        candidate.untouched = (candidate.threads is None and candidate.engine is not None
+                               and candidate.engine.runs_whole(original.native_proto))  # fmt: skip
 
 
 def natively_run(candidates: list[Candidate], original: LoadedModel) -> set[str]:
     """The runtimes whose candidate already is the original model run whole (a one-segment single-runtime plan)."""
-    return {c.engine.libraries[0] for c in candidates if c.engine and c.engine.runs_whole(original.native_proto)}
+    return {c.engine.libraries[0] for c in candidates
+            if c.threads is None and c.engine and c.engine.runs_whole(original.native_proto)}  # fmt: skip
+
+
+def whole_segment(original: LoadedModel, grouped: GroupedModel, name: str) -> Segment:
+    """``original`` as the user gave it (its :attr:`~LoadedModel.native_proto`), one segment of every fusion group run
+    by ``name``: that library's native run as a plan."""
+    everything = list(range(len(grouped.groups)))
+    return Segment(name, everything, list(grouped.inputs), list(grouped.outputs), original.native_proto)
 
 
 def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, threads: int,
@@ -199,14 +212,13 @@ def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, t
                         skip: set[str] = frozenset()) -> list[Candidate]:  # fmt: skip
     """The user's original model run natively, as one-segment plans, by ONNX Runtime and OpenVINO (except the
     runtimes in ``skip``, whose candidate already is that)."""
-    everything = list(range(len(grouped.groups)))
     candidates = []
     for name in (REFERENCE_RUNTIME, "openvino"):
         if name not in created or name in skip:
             continue
-        segment = Segment(name, everything, list(grouped.inputs), list(grouped.outputs), baseline.native_proto)
+        segment = whole_segment(baseline, grouped, name)
         label = f"native:{name} (original graph)" if rewritten else f"native:{name}"
-        candidate = Candidate([label], [name] * len(everything), float("nan"))
+        candidate = Candidate([label], [name] * len(grouped.groups), float("nan"))
         try:
             candidate.engine = SegmentEngine.compile([segment], grouped.inputs, grouped.outputs, threads, created)
             candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
@@ -244,8 +256,8 @@ def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], creat
 
 def native_twin(candidate: Candidate, native_proto: onnx.ModelProto | None, natives: Collection[str]) -> str | None:
     """The label among ``natives`` of the native run ``candidate`` is identical to (one segment running the very
-    ``native_proto`` in that library), if any."""
-    if native_proto is None or not candidate.engine.runs_whole(native_proto):
+    ``native_proto`` in that library at the natives' threads), if any."""
+    if native_proto is None or candidate.threads is not None or not candidate.engine.runs_whole(native_proto):
         return None
     label = f"{candidate.engine.libraries[0]} native"
     return label if label in natives else None

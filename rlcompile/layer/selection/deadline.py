@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from rlcompile.layer.selection.candidates import Candidate
+from rlcompile.layer.selection.fewer_threads import screen_seconds
 from rlcompile.layer.selection.timing import ROUNDS
 from rlcompile.measure import (
     contest,
@@ -86,12 +87,15 @@ class FinalReserve:
     twins: int = 0
     #: the seconds kept for the final contest's settling beyond its floor (:data:`SETTLE_SHARE`)
     settle_s: float = 0.0
+    #: the native runs at fewer threads (:func:`~rlcompile.layer.selection.fewer_threads.first_screens`), each
+    #: compiled in ``whole_s``, screened, and timed in the final contest
+    fewer: int = 0
 
     def final_floor_s(self, candidates: list[Candidate], refined: int = REFINED_PLANS) -> float:
         """The final contest's least time: the runnable candidates at their predictions, and at a native call's each
         the ``refined`` plans refining probes add yet, the native runs, the plan twins and the model run whole by each
         runtime."""
-        extra = refined + self.natives + self.twins + self.runtimes
+        extra = refined + self.natives + self.twins + self.runtimes + self.fewer
         return contest.floor_seconds(plan_seconds(candidates, self.call_s) + [self.call_s] * extra, ROUNDS)
 
     def after_probe_s(self, candidates: list[Candidate], compile_s: float, compiles: int,
@@ -102,7 +106,7 @@ class FinalReserve:
         hf:convnext's second probe (57 ms a call, 60 s), so its refined plans reached the final contest unprobed and
         measured 1.16-1.26x their prediction."""
         refined = compiles if refined is None else refined
-        whole = (self.runtimes + self.twins) * self.whole_s
+        whole = (self.runtimes + self.twins + self.fewer) * self.whole_s + self.fewer * screen_seconds(self.call_s)
         return self.final_floor_s(candidates, refined) + compiles * compile_s + whole + self.settle_s
 
 
