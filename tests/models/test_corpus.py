@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from rlcompile.cli import main
+from rlcompile.export import suggested_target
+from rlcompile.manifest import Manifest
 from rlcompile.models import corpus
 from rlcompile.models.corpus import CorpusEntry, hf_text, hf_vision
 from rlcompile.optimize import OptimizeRequest, StageSettings
@@ -129,4 +131,5 @@ def test_nested_control_flow_over_outer_weights_and_lstm_state_go_through_optimi
     model = built(slice_dir, "cf-detector")
     manifest = optimize(model, tmp_path / "opt", ("graph", "layer"), "ort,openvino", {"audio": (1, 512)})
     assert manifest["optimize"]["latency"]["agreement"]["max_rel"] < 1e-3
-    assert main(["export", str(tmp_path / "opt"), "--to", "onnxruntime", "-o", str(tmp_path / "export")]) == 0
+    target = suggested_target(Manifest.load(tmp_path / "opt"))  # the runtime the kept plan runs alone on
+    assert main(["export", str(tmp_path / "opt"), "--to", target, "-o", str(tmp_path / "export")]) == 0
