@@ -238,8 +238,8 @@ class Manifest(Record):
 
     def segment_threads(self, index: int) -> int:
         """The threads segment ``index`` runs at: its own count where the selection measured it faster at fewer than
-        the plan's (:data:`~rlcompile.layer.selection.candidates.FEWER_THREADS`), else :attr:`threads` (the count the
-        user asked for, at which the natives were timed)."""
+        the plan's (:mod:`~rlcompile.layer.selection.fewer_threads`), else :attr:`threads` (the count the user asked
+        for, at which the natives were timed)."""
         return self.segments[index].get("threads") or self.threads
 
     def save(self, directory: Path) -> Manifest:

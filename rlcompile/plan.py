@@ -184,7 +184,7 @@ class LoadedPlan:
     def describe(self) -> str:
         count = len(self.libraries)
         counts = sorted({item.threads or self.manifest.threads for item in self.engine.compiled})
-        threads = "/".join(str(count) for count in counts)
+        threads = "/".join(map(str, counts))
         return (f"{self.manifest.model}, {count} segment{'s' if count > 1 else ''}: {' -> '.join(self.libraries)}, "
                 f"{threads} thread{'' if threads == '1' else 's'}")  # fmt: skip
 

@@ -37,6 +37,8 @@ from rlcompile.verify import Agreement, compare_outputs
 TIE_BAND = PLAN_RULE.tie_band
 #: How a single-runtime plan's label starts (``single:openvino``).
 SINGLE = "single:"
+#: The runtimes that run the user's model natively, each also a candidate run whole (:func:`baseline_candidates`).
+NATIVE_RUNTIMES = (REFERENCE_RUNTIME, "openvino")
 
 
 @dataclass
@@ -207,18 +209,31 @@ def whole_segment(original: LoadedModel, grouped: GroupedModel, name: str) -> Se
     return Segment(name, everything, list(grouped.inputs), list(grouped.outputs), original.native_proto)
 
 
+def native_label(name: str, rewritten: bool, threads: str = "") -> str:
+    """The label of the user's model run whole by ``name`` (``threads``: the words of a count other than the
+    natives', e.g. ``1 thread``), said to be the original graph where the selection's model is a rewrite of it."""
+    label = f"native:{name}" + (f" at {threads}" if threads else "")
+    return label + (" (original graph)" if rewritten else "")
+
+
+def mark_disagreement(candidate: Candidate) -> None:
+    """Record as the candidate's error that its outputs (:attr:`Candidate.agreement`) disagree with ONNX Runtime's,
+    where they do."""
+    if not candidate.agreement.within():
+        candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
+
+
 def baseline_candidates(baseline: LoadedModel, grouped: GroupedModel, created, threads: int,
                         reference: list[np.ndarray], rewritten: bool = True,
                         skip: set[str] = frozenset()) -> list[Candidate]:  # fmt: skip
     """The user's original model run natively, as one-segment plans, by ONNX Runtime and OpenVINO (except the
     runtimes in ``skip``, whose candidate already is that)."""
     candidates = []
-    for name in (REFERENCE_RUNTIME, "openvino"):
+    for name in NATIVE_RUNTIMES:
         if name not in created or name in skip:
             continue
         segment = whole_segment(baseline, grouped, name)
-        label = f"native:{name} (original graph)" if rewritten else f"native:{name}"
-        candidate = Candidate([label], [name] * len(grouped.groups), float("nan"))
+        candidate = Candidate([native_label(name, rewritten)], [name] * len(grouped.groups), float("nan"))
         try:
             candidate.engine = SegmentEngine.compile([segment], grouped.inputs, grouped.outputs, threads, created)
             candidate.agreement = compare_outputs(reference, candidate.engine.run(grouped.feeds))
@@ -246,8 +261,7 @@ def compile_candidates(grouped: GroupedModel, candidates: list[Candidate], creat
             continue
         finally:
             seconds.append(time.monotonic() - started)
-        if not candidate.agreement.within():
-            candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
+        mark_disagreement(candidate)
     if not any(c.engine is not None and c.error is None for c in candidates):
         raise ModelError("no candidate plan ran and agreed with ONNX Runtime: "
                          + "; ".join(f"{', '.join(c.labels)}: {c.error}" for c in candidates))  # fmt: skip

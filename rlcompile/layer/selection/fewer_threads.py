@@ -18,10 +18,15 @@ from rlcompile.errors import first_line
 from rlcompile.events import Decision, Event, Listener, Phase, ignore
 from rlcompile.layer.group_table import GroupedModel
 from rlcompile.layer.segments import SegmentEngine
-from rlcompile.layer.selection.candidates import Candidate, whole_segment
+from rlcompile.layer.selection.candidates import (
+    NATIVE_RUNTIMES,
+    Candidate,
+    mark_disagreement,
+    native_label,
+    whole_segment,
+)
 from rlcompile.measure import Contender, MeasureConfig, Timer, run_contest
 from rlcompile.models.onnx_model import LoadedModel
-from rlcompile.names import REFERENCE_RUNTIME
 from rlcompile.runtimes import Runtime
 from rlcompile.verify import compare_outputs
 
@@ -29,8 +34,6 @@ from rlcompile.verify import compare_outputs
 SCREEN = MeasureConfig(warmup=1, min_repeats=1, min_time_s=0.05, max_time_s=0.05, floor_repeats=1)
 #: ... over this many rounds: enough to tell 1.8x, not to judge 2% (the final contest does that, with its twins).
 SCREEN_ROUNDS = 3
-#: The native runtimes whose native run is also tried at fewer threads.
-RUNTIMES = (REFERENCE_RUNTIME, "openvino")
 
 
 def fewer_thread_counts(threads: int) -> list[int]:
@@ -61,7 +64,7 @@ def fewer_threads_candidates(original: LoadedModel, grouped: GroupedModel, creat
     the fewest threads the screen (:func:`screen`) found faster, each halving faster than the last, as a candidate
     plan; none where no fewer count was faster."""
     found = []
-    for name in RUNTIMES:
+    for name in NATIVE_RUNTIMES:
         native = natives.get(f"{name} native")
         if name not in created or native is None:
             continue
@@ -71,7 +74,7 @@ def fewer_threads_candidates(original: LoadedModel, grouped: GroupedModel, creat
             if candidate.engine is None:
                 break
             ratio = screen(candidate, native, grouped.feeds)
-            words = f"{name} at {count} thread{'s' if count > 1 else ''} ran {ratio:.2f}x its native run"
+            words = f"{name} at {thread_words(count)} ran {ratio:.2f}x its native run"
             kept = ratio < best_ratio
             progress(Decision("layer", f"{words} in a screen: {'a plan in the final contest' if kept else 'left out'}",
                               kept=kept, gain=1 - ratio))  # fmt: skip
@@ -88,8 +91,7 @@ def compiled_candidate(original: LoadedModel, grouped: GroupedModel, created: Ma
                        progress: Listener) -> Candidate:  # fmt: skip
     """The original model run whole by ``name`` at ``count`` threads, compiled and checked against ``reference``
     (no engine, and the reason in :attr:`Candidate.error`, where it fails)."""
-    label = f"native:{name} at {count} thread{'s' if count > 1 else ''}"
-    label += " (original graph)" if rewritten else ""
+    label = native_label(name, rewritten, thread_words(count))
     progress(Phase("layer", f"compiling {label} to screen it beside the native run", "compile"))
     candidate = Candidate([label], [name] * len(grouped.groups), float("nan"), threads=count)
     segment = whole_segment(original, grouped, name)
@@ -100,11 +102,15 @@ def compiled_candidate(original: LoadedModel, grouped: GroupedModel, created: Ma
         candidate.error = first_line(error)
         progress(Event("layer", f"{label} did not run ({candidate.error})"))
         return candidate
-    if candidate.agreement.within():
+    mark_disagreement(candidate)
+    if candidate.error is None:
         candidate.engine = engine
-    else:
-        candidate.error = f"disagrees with ONNX Runtime (max rel err {candidate.agreement.max_rel:.1e})"
     return candidate
+
+
+def thread_words(count: int) -> str:
+    """``1 thread``, ``2 threads``: a count as labels and events say it."""
+    return f"{count} thread{'s' if count > 1 else ''}"
 
 
 def screen(candidate: Candidate, native: Timer, feeds: Mapping[str, np.ndarray]) -> float:
