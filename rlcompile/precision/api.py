@@ -149,7 +149,7 @@ def recipe_quantizers(proto: onnx.ModelProto, units: list[Unit], feeds: list[dic
                       work: Path | None) -> Callable[[Recipe], Quantizer]:  # fmt: skip
     """How each recipe's quantizer is made: over ``proto`` smoothed at the recipe's alpha (on the units' MatMuls)
     or as it is, calibrated by its method on ``feeds``, in its own folder of ``work`` (its cache kept there)."""
-    quantizable = [name for unit in units for name in (*unit.nodes, *unit.companions)]
+    quantizable = [name for unit in units for name in (*unit.nodes, *unit.companions, *unit.attention)]
     anchors = [name for unit in units for name in unit.nodes]
 
     def make(recipe: Recipe) -> Quantizer:

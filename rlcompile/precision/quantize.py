@@ -49,11 +49,12 @@ class Placement:
     float_outputs: frozenset[str] = frozenset()
     force_pooling: bool = False
 
-    def options(self) -> dict:
-        """ONNX Runtime's ``quantize_static`` arguments for this placement."""
+    def options(self, overrides: dict[str, list[dict]] | None = None) -> dict:
+        """ONNX Runtime's ``quantize_static`` arguments for this placement, with per-tensor ``overrides``
+        (:func:`attention_overrides`)."""
         extra = {"WeightSymmetric": True, "ActivationSymmetric": False,
                  "OpTypesToExcludeOutputQuantization": sorted(self.float_outputs),
-                 "ForceQuantizeNoInputCheck": self.force_pooling}  # fmt: skip
+                 "ForceQuantizeNoInputCheck": self.force_pooling, "TensorQuantOverrides": overrides or {}}  # fmt: skip
         return {"op_types_to_quantize": sorted(self.op_types), "extra_options": extra}
 
 
@@ -97,6 +98,26 @@ def with_per_channel_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     except Exception as error:  # the converter cannot take every graph: said in one line by the caller
         raise ModelError(f"cannot raise the model from opset {version} to {PER_CHANNEL_OPSET} for int8: "
                          f"{first_line(error)}") from None
+
+
+def model_constants(proto: onnx.ModelProto) -> set[str]:
+    """The names of the model's initializers and ``Constant`` outputs."""
+    constants = {tensor.name for tensor in proto.graph.initializer}
+    return constants | {out for node in proto.graph.node if node.op_type == "Constant" for out in node.output}
+
+
+def attention_overrides(proto: onnx.ModelProto, nodes: Iterable[str]) -> dict[str, list[dict]]:
+    """ONNX Runtime's per-tensor overrides for the MatMuls of two activations among ``nodes`` (attention's): their
+    inputs in symmetric int8, the queries, keys and values being signed (OpenVINO fuses an attention into one int8
+    kernel with them so, not with unsigned ranges), but a Softmax's output, whose weights start at 0 and keep the
+    default unsigned range."""
+    from onnxruntime.quantization import QuantType
+
+    wanted, constants = set(nodes), model_constants(proto)
+    producers = {out: node.op_type for node in proto.graph.node for out in node.output}
+    return {name: [{"quant_type": QuantType.QInt8, "symmetric": True}] for node in proto.graph.node
+            if node.name in wanted and node.op_type == "MatMul" and node.input[1] not in constants
+            for name in node.input[:2] if producers.get(name) != "Softmax"}  # fmt: skip
 
 
 def has_vnni() -> bool:
@@ -298,7 +319,7 @@ class Quantizer:
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=nodes,
                             calibrate_method=CalibrationMethod[CALIBRATION_METHODS[self.method][0]],
                             calibration_cache_path=str(self.cache),
-                            **placement.options())  # fmt: skip
+                            **placement.options(attention_overrides(self.proto, nodes)))  # fmt: skip
         except Exception as error:  # the quantizer on a graph it cannot take: said in one line by the caller
             raise ModelError(f"ONNX Runtime's quantizer cannot quantize this model: {first_line(error)}") from None
         finally:

@@ -20,6 +20,32 @@ def attention_like() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
+def attention_block(width: int = 8, tokens: int = 6) -> tuple[onnx.ModelProto, list]:
+    """One head of attention: queries, keys and values projected from ``x`` (groups query, key, value), the scores
+    ``q @ k^T`` and their Softmax (scores), the weighted values ``p @ v`` (weighted), projected out (out)."""
+    from types import SimpleNamespace
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array((rng.standard_normal((width, width)) / 3).astype(np.float32), name)
+               for name in ("Wq", "Wk", "Wv", "Wo")]  # fmt: skip
+    nodes = [helper.make_node("MatMul", ["x", "Wq"], ["q"], name="query"),
+             helper.make_node("MatMul", ["x", "Wk"], ["k"], name="key"),
+             helper.make_node("Transpose", ["k"], ["kt"], name="keys_turned", perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "Wv"], ["v"], name="value"),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+             helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["o"], name="weighted"),
+             helper.make_node("MatMul", ["o", "Wo"], ["y"], name="out")]  # fmt: skip
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [tokens, width])  # noqa: E731
+    graph = helper.make_graph(nodes, "attention", [value("x")], [value("y")], weights)
+    groups = [SimpleNamespace(name=name, nodes=members, outputs=[])
+              for name, members in (("query", ["query"]), ("key", ["key", "keys_turned"]), ("value", ["value"]),
+                                    ("scores", ["scores", "softmax"]), ("weighted", ["weighted"]), ("out", ["out"]))]
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), groups
+
+
 def residual_block() -> tuple[onnx.ModelProto, list]:
     """Conv -> Relu (group a), MaxPool (b), Conv -> Add of the pooled input -> Add of a bias (c)."""
     from types import SimpleNamespace

@@ -10,7 +10,7 @@ import pytest
 
 from rlcompile.models import load_model
 from rlcompile.precision.quantize import Quantizer, placement_for
-from tests.precision.builders import attention_like, conv_relu_conv, residual_block
+from tests.precision.builders import attention_block, attention_like, conv_relu_conv, residual_block
 
 
 def test_int8_goes_where_asked_and_calibrates_once(tmp_path: Path):
@@ -128,3 +128,33 @@ def test_nodes_touching_an_unbounded_range_stay_in_float(tmp_path: Path):
     assert quantizer.bounded(["masked", "y", "z"]) == ["y"]
     alone = quantizer.quantized(["masked"])  # nothing left to quantize: the float model
     assert not any(node.op_type == "QuantizeLinear" for node in alone.graph.node)
+
+
+def test_attention_runs_in_int8_with_the_groups_computing_its_keys_and_values(tmp_path: Path):
+    """The scores MatMul goes with the group of the keys, the weighted values with that of the values, only under a
+    recipe that asks; their queries, keys and values in symmetric int8, the Softmax's weights unsigned."""
+    from rlcompile.precision.space import DEFAULT_RECIPE, Recipe, precision_units
+    from rlcompile.runtimes.ort import run_proto_on_each
+
+    proto, groups = attention_block()
+    units = {unit.group: unit for unit in precision_units(proto, groups)}
+    assert {name: unit.attention for name, unit in units.items()} == {
+        "query": (), "key": ("scores",), "value": ("weighted",), "out": ()}  # fmt: skip
+    assert units["key"].quantized(DEFAULT_RECIPE) == ("key",)
+    attention = Recipe(attention=True)
+    nodes = [name for unit in units.values() for name in unit.quantized(attention)]
+    assert set(nodes) == {"query", "key", "value", "out", "scores", "weighted"}
+    feeds = [{"x": np.random.default_rng(i).standard_normal((6, 8)).astype(np.float32)} for i in range(8)]
+    quantizer = Quantizer(proto, feeds, tmp_path, quantizable=nodes)
+    model = quantizer.quantized(nodes, placement_for("openvino"))
+    zero_points = {tensor.name: tensor.data_type for tensor in model.graph.initializer}
+    kinds = {node.input[0]: zero_points[node.input[2]] for node in model.graph.node if node.op_type == "QuantizeLinear"}
+    signed, unsigned = onnx.TensorProto.INT8, onnx.TensorProto.UINT8
+    assert kinds == {"x": unsigned, "q": signed, "kt": signed, "v": signed, "p": unsigned, "o": unsigned}
+    without = quantizer.quantized([name for unit in units.values() for name in unit.quantized(DEFAULT_RECIPE)],
+                                  placement_for("openvino"))  # derived from the model of all: attention in float
+    assert {node.input[0] for node in without.graph.node if node.op_type == "QuantizeLinear"} == {"x", "o"}
+    reference = run_proto_on_each(proto, feeds)
+    for plan in (model, without):
+        for ours, fp32 in zip(run_proto_on_each(plan, feeds), reference, strict=True):
+            assert np.linalg.norm(ours[0] - fp32[0]) < 0.1 * np.linalg.norm(fp32[0])

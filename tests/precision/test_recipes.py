@@ -31,7 +31,8 @@ def test_the_fastest_recipe_within_tolerance_else_the_least_error_goes_on_to_the
     create("uniform")(evaluator, modes, 0)
     result = create("recipes")(evaluator, modes, 0)
     every = frozenset(range(len(units)))
-    tried = {"ort": RECIPES, "openvino": [r for r in RECIPES if r.calibration != "dynamic"]}  # ORT's own kernels
+    usable = [recipe for recipe in RECIPES if not recipe.attention]  # the block has no attention
+    tried = {"ort": usable, "openvino": [r for r in usable if r.calibration != "dynamic"]}  # ORT's own kernels
     assert result.evaluations == len(tried["ort"]) + len(tried["openvino"]) == len(result.notes["errors"])
     for runtime, recipes in tried.items():
         errors = {recipe: evaluator.cache[PrecisionPlan(Mode(runtime, recipe=recipe), every)].error
@@ -47,3 +48,14 @@ def test_the_fastest_recipe_within_tolerance_else_the_least_error_goes_on_to_the
     assert PrecisionPlan(Mode("openvino", recipe=chosen)) == PrecisionPlan(Mode("openvino"))  # a float plan is any's
     assert (tmp_path / "int8-minmax-smooth0.8" / "calibration.json").exists()  # each recipe calibrates in its folder
     evaluator.close()
+
+
+def test_a_recipe_with_the_attention_in_int8_is_measured_in_each_float_mode_of_the_runtime():
+    from rlcompile.precision.searches.recipes import recipe_runs
+
+    modes = [Mode("ort"), Mode("openvino"), Mode("openvino", "bf16")]
+    smooth, attention = RECIPES[0], replace(RECIPES[0], attention=True)
+    assert recipe_runs(modes[2], smooth, modes) == [modes[2]]  # the fastest all-int8 mode alone
+    assert recipe_runs(modes[2], attention, modes) == modes[1:]
+    assert recipe_runs(modes[1], Recipe(calibration="dynamic"), modes) == []  # no kernels for ranges at run time
+    assert attention in RECIPES and attention.label == "SmoothQuant 0.8, residual Adds in float, attention in int8"
