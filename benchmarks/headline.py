@@ -21,8 +21,8 @@ OPTIMIZE_COMMAND = "python benchmarks/optimize.py --models resnet50,ocr-det,mobi
 PRECISION_JSON = "results/precision/emerald-rapids/precision.json"
 PRECISION_COMMAND = "python benchmarks/precision.py --out results/precision/emerald-rapids"
 #: The real-weight transformer's run (the trained sentence encoder), on the machine that measured it
-TRANSFORMER_JSON = "results/precision/zen4/precision.json"
-TRANSFORMER_COMMAND = "python benchmarks/precision.py --models minilm,paraphrase --out results/precision/zen4"
+TRANSFORMER_JSON = "results/precision/zen5/precision.json"
+TRANSFORMER_COMMAND = "python benchmarks/precision.py --models minilm,paraphrase --out results/precision/zen5"
 TRANSFORMERS = ("minilm", "paraphrase")
 CORPUS_JSON = "results/real_world/real_world.json"
 CORPUS_COMMAND = "python benchmarks/real_world.py"
