@@ -169,6 +169,20 @@ def guarded_attention(mask_rows: int = 1):
     return build
 
 
+def turned_keys(scale: str | None = None):
+    """The keys turned for the scores in one transpose (``torch.onnx``'s ``k.transpose``), scaled by ``scale``."""
+
+    def build():
+        b = GraphBuilder()
+        q, k = b.input("q", [1, 2, 4, 8]), b.input("k", [1, 4, 2, 8])
+        keys = b.op("Transpose", [k], perm=[0, 2, 3, 1])
+        if scale is not None:
+            keys = b.op(scale, [keys, b.const(np.array(0.42, np.float32))])
+        return b.model([b.op("MatMul", [q, keys])]), {"Transpose": 1}
+
+    return build
+
+
 CASES = {
     "fuse_conv_batchnorm": [conv_bn],
     "fuse_conv_mul": [conv_then("Mul", (8, 1, 1))],
@@ -194,6 +208,7 @@ CASES = {
     "reassociate_mul_left": [chain("Mul", False, False)],
     "hardswish_as_hardsigmoid": [hard_swish(False), hard_swish(True)],
     "unguard_attention": [guarded_attention(1), guarded_attention(4)],
+    "split_key_transpose": [turned_keys(), turned_keys("Mul"), turned_keys("Div")],
 }
 
 
@@ -306,3 +321,20 @@ def test_attention_without_the_exact_guard_is_left_as_it_is():
 def test_unknown_rule_id_is_a_clear_error():
     with pytest.raises(RlcompileError, match="unknown rule 'nope'"):
         rules.create("nope")
+
+
+def test_keys_turned_are_split_only_on_the_way_to_a_matmuls_second_input():
+    """A turn read twice, read as a MatMul's first input, or scaled by a tensor that is not a scalar stays whole."""
+    refused = []
+    for case in ("shared", "first input", "tensor scale"):
+        b = GraphBuilder()
+        q, k = b.input("q", [1, 2, 4, 8]), b.input("k", [1, 4, 2, 8])
+        keys = b.op("Transpose", [k], perm=[0, 2, 3, 1])
+        if case == "shared":
+            outputs = [b.op("MatMul", [q, keys]), b.op("Relu", [keys])]
+        elif case == "first input":
+            outputs = [b.op("MatMul", [keys, b.input("w", [1, 2, 4, 8])])]
+        else:
+            outputs = [b.op("MatMul", [q, b.op("Mul", [keys, b.weight(1, 2, 8, 4)])])]
+        refused.append(rules.create("split_key_transpose").locations(onnx_graph.from_proto(b.model(outputs))))
+    assert refused == [[], [], []]

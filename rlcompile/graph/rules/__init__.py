@@ -17,7 +17,7 @@ from rlcompile.graph.rules.algebra import (
     ReassociateMulLeft,
     ReassociateMulRight,
 )
-from rlcompile.graph.rules.attention import UnguardAttention
+from rlcompile.graph.rules.attention import SplitKeyTranspose, UnguardAttention
 from rlcompile.graph.rules.base import Location, PatternRule, Rule, RuleError, StructuralRule
 from rlcompile.graph.rules.concat import (
     EliminateSplitConcat,
@@ -66,6 +66,7 @@ RULE_CLASSES: tuple[type[Rule], ...] = (
     ReassociateMulLeft,
     HardSwishAsHardSigmoid,
     UnguardAttention,
+    SplitKeyTranspose,
 )
 RULE_IDS = tuple(cls.id for cls in RULE_CLASSES)
 
