@@ -106,6 +106,11 @@ def model_constants(proto: onnx.ModelProto) -> set[str]:
     return constants | {out for node in proto.graph.node if node.op_type == "Constant" for out in node.output}
 
 
+def is_activation_matmul(node: onnx.NodeProto, constants: set[str]) -> bool:
+    """Whether ``node`` is a MatMul of two activations (attention's), its second input not a constant."""
+    return node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] not in constants
+
+
 def attention_overrides(proto: onnx.ModelProto, nodes: Iterable[str]) -> dict[str, list[dict]]:
     """ONNX Runtime's per-tensor overrides for the MatMuls of two activations among ``nodes`` (attention's): their
     inputs in symmetric int8, the queries, keys and values being signed (OpenVINO fuses an attention into one int8
@@ -116,7 +121,7 @@ def attention_overrides(proto: onnx.ModelProto, nodes: Iterable[str]) -> dict[st
     wanted, constants = set(nodes), model_constants(proto)
     producers = {out: node.op_type for node in proto.graph.node for out in node.output}
     return {name: [{"quant_type": QuantType.QInt8, "symmetric": True}] for node in proto.graph.node
-            if node.name in wanted and node.op_type == "MatMul" and node.input[1] not in constants
+            if node.name in wanted and is_activation_matmul(node, constants)
             for name in node.input[:2] if producers.get(name) != "Softmax"}  # fmt: skip
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 
 from rlcompile.models.onnx_model import inferred_values, static_shapes
-from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS, model_constants
+from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS, is_activation_matmul, model_constants
 from rlcompile.runtimes import Runtime
 
 
@@ -170,9 +170,9 @@ def precision_units(proto: onnx.ModelProto, groups) -> list[Unit]:
             macs = sum(node_macs(node, shapes) for node in anchors)
             around = companions(group, by_name, constants, pools)
             residuals = tuple(name for name in around if by_name[name].op_type == "Add")
-            attention = tuple(name for name, owner in owners.items() if owner in {node.name for node in anchors})
-            units.append(Unit(index, group.name, tuple(node.name for node in anchors), macs, around, residuals,
-                              attention))  # fmt: skip
+            names = tuple(node.name for node in anchors)
+            attention = tuple(name for name, owner in owners.items() if owner in names)
+            units.append(Unit(index, group.name, names, macs, around, residuals, attention))
     return units
 
 
@@ -183,7 +183,7 @@ def attention_owners(proto: onnx.ModelProto, constants: set[str], steps: int = 8
     producers = {out: node for node in proto.graph.node for out in node.output}
     owners = {}
     for node in proto.graph.node:
-        if node.op_type != "MatMul" or len(node.input) < 2 or node.input[1] in constants:
+        if not is_activation_matmul(node, constants):
             continue
         value = node.input[1]
         for _ in range(steps):

@@ -146,8 +146,8 @@ class SplitKeyTranspose(StructuralRule):
     def matches(self, graph: ir.Graph) -> list[tuple[ir.Node, ...]]:
         found = []
         for node in graph:
-            if node.op_type == "Transpose" and node.domain == "" and tuple(onnx_graph.attribute(node, "perm", ())) \
-                    == KEYS_TURNED:  # fmt: skip
+            turns_keys = tuple(onnx_graph.attribute(node, "perm", ())) == KEYS_TURNED
+            if node.op_type == "Transpose" and node.domain == "" and turns_keys:
                 path = self.path_to_matmul(node)
                 if path is not None:
                     found.append((node, *path))
@@ -165,7 +165,8 @@ class SplitKeyTranspose(StructuralRule):
             node, index = use
             if node.op_type == "MatMul" and node.domain == "" and index == 1:
                 return [*path, node]
-            if node.op_type not in SCALINGS or node.domain != "" or index != 0 or not filled_scalar(node.inputs[1]):
+            scalar = index == 0 and filled(node.inputs[1], lambda array: array.size == 1)
+            if node.op_type not in SCALINGS or node.domain != "" or not scalar:
                 return None
             path.append(node)
             value = node.outputs[0]
@@ -187,11 +188,6 @@ class SplitKeyTranspose(StructuralRule):
         return [transpose, *scalings]
 
 
-def filled_scalar(value: ir.Value | None) -> bool:
-    """Whether ``value`` is a floating-point constant of one element."""
-    array = onnx_graph.constant_array(value)
-    return array is not None and array.dtype.kind == "f" and array.size == 1
-
-
 def permuted(shape: ir.Shape | None, perm: tuple[int, ...]) -> list | None:
+    """``shape``'s dimensions in ``perm``'s order (``None`` when unknown)."""
     return None if shape is None else [list(shape)[axis] for axis in perm]
