@@ -2,7 +2,8 @@
 preceding convolutions and transposed convolutions, whichever exporter wrote them, as every inference
 library does before it runs a model; attention's NaN guard rewritten to the same numbers in a form runtimes
 fuse, and the keys' transpose split into one that moves whole heads and a swap the MatMul takes in
-(:mod:`rlcompile.graph.rules.attention`).
+(:mod:`rlcompile.graph.rules.attention`); an ``Expand`` whose readers broadcast by themselves (mean pooling's
+mask) removed (:mod:`rlcompile.graph.rules.broadcast`).
 
 The graph level's search starts from the cleaned graph, the layer level forms its fusion groups on it,
 and ``optimize``'s kernel stage tunes the tasks of it, so the three see the same convolutions.
@@ -20,7 +21,7 @@ from rlcompile.models.onnx_model import LoadedModel
 #: The fusions run before the search ("clean"); the search uses every other rule.
 CLEANUP_RULES = ("fuse_conv_batchnorm", "fuse_conv_mul", "fuse_conv_add", "fuse_convtranspose_batchnorm",
                  "fuse_convtranspose_mul", "fuse_convtranspose_add", "unguard_attention",
-                 "split_key_transpose")  # fmt: skip
+                 "split_key_transpose", "drop_broadcast_expand")  # fmt: skip
 
 
 def clean_graph(model: ir.Model) -> tuple[ir.Model, list[Rewrite]]:

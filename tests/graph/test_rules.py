@@ -183,6 +183,23 @@ def turned_keys(scale: str | None = None):
     return build
 
 
+def mean_pooling(keepdims: int = 0):
+    """``sentence-transformers``' mean pooling: the mask expanded to the tokens' shape, multiplied, summed, counted."""
+
+    def build():
+        b = GraphBuilder()
+        tokens, mask = b.input("tokens", [1, 4, 8]), b.input("mask", [1, 4])
+        column = b.op("Unsqueeze", [mask, b.const(np.array([-1], np.int64))])
+        weights = b.op("Cast", [b.op("Expand", [column, b.const(np.array([1, 4, 8], np.int64))])], to=1)
+        tokens_axis = b.const(np.array([1], np.int64))
+        total = b.op("ReduceSum", [b.op("Mul", [tokens, weights]), tokens_axis], keepdims=keepdims)
+        count = b.op("ReduceSum", [weights, tokens_axis], keepdims=keepdims)
+        floor = b.const(np.array(1e-9, np.float32))
+        return b.model([b.op("Div", [total, b.op("Clip", [count, floor])])]), {"Expand": -1}
+
+    return build
+
+
 CASES = {
     "fuse_conv_batchnorm": [conv_bn],
     "fuse_conv_mul": [conv_then("Mul", (8, 1, 1))],
@@ -209,6 +226,7 @@ CASES = {
     "hardswish_as_hardsigmoid": [hard_swish(False), hard_swish(True)],
     "unguard_attention": [guarded_attention(1), guarded_attention(4)],
     "split_key_transpose": [turned_keys(), turned_keys("Mul"), turned_keys("Div")],
+    "drop_broadcast_expand": [mean_pooling(0), mean_pooling(1)],
 }
 
 
@@ -337,4 +355,22 @@ def test_keys_turned_are_split_only_on_the_way_to_a_matmuls_second_input():
         else:
             outputs = [b.op("MatMul", [q, b.op("Mul", [keys, b.weight(1, 2, 8, 4)])])]
         refused.append(rules.create("split_key_transpose").locations(onnx_graph.from_proto(b.model(outputs))))
+    assert refused == [[], [], []]
+
+
+def test_an_expand_is_kept_where_a_reader_needs_the_broadcast_made():
+    """Read by a graph output, summed over the axis it broadcast, or passed on to an output through an element-wise
+    operator: the Expand stays."""
+    refused = []
+    for case in ("output", "sum over it", "passed on"):
+        b = GraphBuilder()
+        tokens, mask = b.input("tokens", [1, 4, 8]), b.input("mask", [1, 4, 1])
+        expanded = b.op("Expand", [mask, b.const(np.array([1, 4, 8], np.int64))])
+        if case == "output":
+            outputs = [b.op("Mul", [tokens, expanded]), expanded]
+        elif case == "sum over it":
+            outputs = [b.op("ReduceSum", [expanded, b.const(np.array([2], np.int64))], keepdims=0)]
+        else:
+            outputs = [b.op("Mul", [b.op("Relu", [expanded]), b.input("rows", [1, 4, 1])])]
+        refused.append(rules.create("drop_broadcast_expand").locations(onnx_graph.from_proto(b.model(outputs))))
     assert refused == [[], [], []]

@@ -19,6 +19,7 @@ from rlcompile.graph.rules.algebra import (
 )
 from rlcompile.graph.rules.attention import SplitKeyTranspose, UnguardAttention
 from rlcompile.graph.rules.base import Location, PatternRule, Rule, RuleError, StructuralRule
+from rlcompile.graph.rules.broadcast import DropBroadcastExpand
 from rlcompile.graph.rules.concat import (
     EliminateSplitConcat,
     PullElementwiseThroughConcat,
@@ -67,6 +68,7 @@ RULE_CLASSES: tuple[type[Rule], ...] = (
     HardSwishAsHardSigmoid,
     UnguardAttention,
     SplitKeyTranspose,
+    DropBroadcastExpand,
 )
 RULE_IDS = tuple(cls.id for cls in RULE_CLASSES)
 
