@@ -9,6 +9,7 @@ dynamic: one calibration on the samples as they come serves every shape.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ import onnx
 from rlcompile import runtimes
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Event, Listener
-from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS, Placement, Quantizer, placement_for
+from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS, Quantizer, placement_for
 from rlcompile.precision.smoothing import smooth
 from rlcompile.precision.space import DEFAULT_RECIPE, RECIPES, Recipe, is_companion, model_constants
 from rlcompile.shapes.variants import Variant
@@ -98,8 +99,8 @@ def int8_models(proto: onnx.ModelProto, variants: Sequence[Variant], calibration
                                                            [*nodes, *companions], recipe.calibration)  # fmt: skip
                 placement = placement_for(variant.library)
                 if not recipe.residuals:
-                    placement = Placement(placement.op_types - {"Add"}, placement.float_outputs - {"Add"},
-                                          placement.force_pooling)  # fmt: skip
+                    placement = replace(placement, op_types=placement.op_types - {"Add"},
+                                        float_outputs=placement.float_outputs - {"Add"})  # fmt: skip
                 chosen = nodes if recipe.calibration == DYNAMIC else [*nodes, *companions]
                 made[key] = quantizers[variant.recipe].quantized(chosen, placement)
                 progress(Event("shapes", f"quantized the model for {variant.label}"))

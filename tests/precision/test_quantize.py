@@ -150,7 +150,7 @@ def test_attention_runs_in_int8_with_the_groups_computing_its_keys_and_values(tm
     zero_points = {tensor.name: tensor.data_type for tensor in model.graph.initializer}
     kinds = {node.input[0]: zero_points[node.input[2]] for node in model.graph.node if node.op_type == "QuantizeLinear"}
     signed, unsigned = onnx.TensorProto.INT8, onnx.TensorProto.UINT8
-    assert kinds == {"x": unsigned, "q": signed, "kt": signed, "v": signed, "p": unsigned, "o": unsigned}
+    assert kinds == {"x": unsigned, "q": signed, "k": signed, "v": signed, "p": unsigned, "o": unsigned}
     without = quantizer.quantized([name for unit in units.values() for name in unit.quantized(DEFAULT_RECIPE)],
                                   placement_for("openvino"))  # derived from the model of all: attention in float
     assert {node.input[0] for node in without.graph.node if node.op_type == "QuantizeLinear"} == {"x", "o"}
@@ -158,3 +158,39 @@ def test_attention_runs_in_int8_with_the_groups_computing_its_keys_and_values(tm
     for plan in (model, without):
         for ours, fp32 in zip(run_proto_on_each(plan, feeds), reference, strict=True):
             assert np.linalg.norm(ours[0] - fp32[0]) < 0.1 * np.linalg.norm(fp32[0])
+
+
+def test_openvino_quantizes_the_keys_before_their_swap_to_the_same_numbers(tmp_path: Path):
+    """OpenVINO's placement quantizes the keys before the swap of their last two axes, per axis with one scale and
+    zero point in every element (OpenVINO then keeps the quantization there); the outputs are those of the keys
+    quantized after the swap, bit for bit; ONNX Runtime's placement leaves them after it."""
+    from dataclasses import replace
+
+    from rlcompile.precision.space import Recipe, precision_units
+    from rlcompile.runtimes.ort import run_proto_on_each
+
+    proto, groups = attention_block()
+    nodes = [name for unit in precision_units(proto, groups) for name in unit.quantized(Recipe(attention=True))]
+    feeds = [{"x": np.random.default_rng(i).standard_normal((6, 8)).astype(np.float32)} for i in range(8)]
+    quantizer = Quantizer(proto, feeds, tmp_path, quantizable=nodes)
+    openvino = placement_for("openvino")
+    before = quantizer.quantized(nodes, openvino)
+    after = quantizer.quantized(nodes, replace(openvino, keys_before_swap=False))
+
+    def keys_path(model: onnx.ModelProto) -> list[str]:
+        scores = next(node for node in model.graph.node if node.name == "scores")
+        path, value = [], scores.input[1]
+        while value != "k":
+            node = next(n for n in model.graph.node if value in n.output)
+            path.append(node.op_type)
+            value = node.input[0]
+        return path
+
+    assert keys_path(before) == ["Transpose", "DequantizeLinear", "QuantizeLinear"]
+    assert keys_path(after) == ["DequantizeLinear", "QuantizeLinear", "Transpose"]
+    scales = {tensor.name: onnx.numpy_helper.to_array(tensor) for tensor in before.graph.initializer}
+    quantize = next(node for node in before.graph.node if node.op_type == "QuantizeLinear" and node.input[0] == "k")
+    assert scales[quantize.input[1]].shape == (8,) and len(set(scales[quantize.input[1]].tolist())) == 1
+    for ours, theirs in zip(run_proto_on_each(before, feeds), run_proto_on_each(after, feeds), strict=True):
+        assert np.array_equal(ours[0], theirs[0])
+    assert keys_path(quantizer.quantized(nodes, placement_for("ort")))[:3] == keys_path(after)
