@@ -348,18 +348,24 @@ class Quantizer:
         key = frozenset(nodes)
         if not key:
             return self.original
+        model = onnx.load(str(self.model_file(key, placement)))
+        return keys_quantized_before_swap(model) if placement.keys_before_swap else model
+
+    def model_file(self, key: frozenset[str], placement: Placement) -> Path:
+        """The file of the QDQ model with ``key`` in int8 as the quantizer places them (before any rewrite of
+        :meth:`quantized`: a plan derived from the model of all needs that model's QDQ nodes where the quantizer put
+        them), made on first use."""
         if (placement, key) not in self.models:
             derived = None
             if key < self.quantizable:
-                derived = derive(self.quantized(self.quantizable, placement), self.proto, key)
+                derived = derive(onnx.load(str(self.model_file(self.quantizable, placement))), self.proto, key)
             target = self.work / f"int8-{len(self.models)}.onnx"  # after the model of all took its own
             if derived is None:
                 self.quantize(sorted(key), placement, target)
             else:
                 onnx.save(derived, str(target))
             self.models[placement, key] = target
-        model = onnx.load(str(self.models[placement, key]))
-        return keys_quantized_before_swap(model) if placement.keys_before_swap else model
+        return self.models[placement, key]
 
     def calibrate(self) -> None:
         """The ranges of every tensor of :data:`CALIBRATED_OPS`'s nodes on the calibration samples (by

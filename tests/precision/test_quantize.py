@@ -187,6 +187,8 @@ def test_openvino_quantizes_the_keys_before_their_swap_to_the_same_numbers(tmp_p
         return path
 
     assert keys_path(before) == ["Transpose", "DequantizeLinear", "QuantizeLinear"]
+    derived = quantizer.quantized([name for name in nodes if name != "out"], openvino)  # from the model of all
+    assert keys_path(derived) == keys_path(before)
     assert keys_path(after) == ["DequantizeLinear", "QuantizeLinear", "Transpose"]
     scales = {tensor.name: onnx.numpy_helper.to_array(tensor) for tensor in before.graph.initializer}
     quantize = next(node for node in before.graph.node if node.op_type == "QuantizeLinear" and node.input[0] == "k")
