@@ -3,10 +3,13 @@
 OpenVINO's CPU plugin moves a per-tensor quantization above the data movement before it (its
 ``MoveEltwiseUpThroughDataMov``), so the keys' transposes run on int8 data, element by element; a quantization with a
 per-axis scale stays where it is. Written as ONNX QDQ nodes, for :mod:`rlcompile.precision.quantize`'s OpenVINO
-placement.
+placement only: ONNX Runtime at its full graph optimisation cannot run the result (its ``MatMulIntegerToFloat``
+fusion refuses keys quantized along the axis the swap moves), and a plan of OpenVINO's is never handed to it.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import onnx
@@ -23,12 +26,9 @@ def keys_quantized_before_swap(model: onnx.ModelProto) -> onnx.ModelProto:
     0.97-0.98x the time). ``model`` is changed in place and returned."""
     graph = model.graph
     producers = {out: node for node in graph.node for out in node.output}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = Counter(name for node in graph.node for name in node.input)
     constants = {tensor.name: tensor for tensor in graph.initializer}
-    found = [match for node in graph.node if node.op_type == "MatMul" and len(node.input) == 2
+    found = [(node, *match) for node in graph.node if node.op_type == "MatMul" and len(node.input) == 2
              for match in [swapped_key_quantization(node, producers, readers)] if match is not None]  # fmt: skip
     if not found:
         return model
@@ -37,8 +37,7 @@ def keys_quantized_before_swap(model: onnx.ModelProto) -> onnx.ModelProto:
     except (onnx.shape_inference.InferenceError, ValueError):  # over protobuf's 2 GB, or a graph onnx cannot type
         return model
     shapes = {value.name: value for value in [*inferred.value_info, *inferred.input]}
-    moved: dict[str, str] = {}  # a moved swap's output, by the DequantizeLinear output it now reads
-    for swap, quantize, dequantize in found:
+    for matmul, swap, quantize, dequantize in found:
         depth = last_dimension(shapes.get(swap.input[0]))
         scale, zero_point = (constants.get(name) for name in quantize.input[1:3])
         if depth is None or scale is None or zero_point is None or scale.dims:
@@ -52,26 +51,18 @@ def keys_quantized_before_swap(model: onnx.ModelProto) -> onnx.ModelProto:
         for node in (quantize, dequantize):
             node.input[1], node.input[2] = per_axis[0].name, per_axis[1].name
             node.attribute.append(onnx.helper.make_attribute("axis", -1))
-        matmul = next(node for node in graph.node if dequantize.output[0] in node.input)
-        matmul.input[list(matmul.input).index(dequantize.output[0])] = swap.output[0]
+        matmul.input[1] = swap.output[0]
         quantize.input[0], swap.input[0] = swap.input[0], dequantize.output[0]
-        moved[dequantize.output[0]] = swap.output[0]
-    if moved:  # each moved swap now follows the DequantizeLinear it reads
-        nodes = [onnx.NodeProto.FromString(node.SerializeToString()) for node in graph.node]
-        swaps = {node.output[0]: node for node in nodes if node.output and node.output[0] in moved.values()}
-        order = []
-        for node in nodes:
-            if node.output and node.output[0] in swaps:
-                continue
-            order.append(node)
-            order += [swaps[moved[out]] for out in node.output if out in moved]
-        del graph.node[:]
-        graph.node.extend(order)
+        # the graph stays in topological order with the three nodes' contents moved along their own places: the
+        # quantization where the swap was, the dequantization where the quantization was, the swap last
+        moved = [onnx.NodeProto.FromString(node.SerializeToString()) for node in (quantize, dequantize, swap)]
+        for place, node in zip((swap, quantize, dequantize), moved, strict=True):
+            place.CopyFrom(node)
     return model
 
 
 def swapped_key_quantization(matmul: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
-                             readers: dict[str, int]) -> tuple[onnx.NodeProto, ...] | None:  # fmt: skip
+                             readers: Counter[str]) -> tuple[onnx.NodeProto, ...] | None:  # fmt: skip
     """The (swap, QuantizeLinear, DequantizeLinear) that ``matmul``'s second input comes from, each read once, the
     pair with one scale and zero point, else ``None``."""
     dequantize = producers.get(matmul.input[1])

@@ -56,8 +56,8 @@ class DropBroadcastExpand(StructuralRule):
 
     @staticmethod
     def narrowed(expand: ir.Node) -> list[tuple[ir.Value, tuple[int, ...]]] | None:
-        """Each value on the paths from ``expand`` and its shape without the broadcast (the expanded output first),
-        or ``None`` where some reader needs the broadcast made."""
+        """Each value on the paths from ``expand`` past its own output, with its shape without the broadcast, or
+        ``None`` where some reader needs the broadcast made."""
         source, expanded = expand.inputs[0], expand.outputs[0]
         before, after = onnx_graph.static_shape(source), onnx_graph.static_shape(expanded)
         if before is None or after is None or len(before) != len(after):
@@ -71,7 +71,8 @@ class DropBroadcastExpand(StructuralRule):
             value, shape, axes = pending.pop()
             if value.is_graph_output():
                 return None
-            narrowed.append((value, tuple(1 if axis in axes else size for axis, size in enumerate(shape))))
+            if value is not expanded:
+                narrowed.append((value, tuple(1 if axis in axes else size for axis, size in enumerate(shape))))
             for node, index in value.uses():
                 step = follow(node, index, shape, axes)
                 if step is None:
@@ -85,7 +86,7 @@ class DropBroadcastExpand(StructuralRule):
                     pending.append((out, *step))
         if any(other in reached for other in ends):  # both inputs of one operator from the Expand
             return None
-        return narrowed[1:]
+        return narrowed
 
 
 def follow(node: ir.Node, index: int, shape: tuple[int, ...],
@@ -101,7 +102,7 @@ def follow(node: ir.Node, index: int, shape: tuple[int, ...],
     if node.op_type in BINARY and len(node.inputs) == 2 and index in (0, 1):
         other = node.inputs[1 - index]
         other_shape = None if other is None else onnx_graph.static_shape(other)
-        if other_shape is None or len(other_shape) > len(out) or len(shape) != len(out) or out != shape:
+        if other_shape is None or len(other_shape) > len(out) or out != shape:
             return None
         aligned = (1,) * (len(out) - len(other_shape)) + other_shape
         sizes = {aligned[axis] for axis in axes}
