@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from rlcompile import runtimes
-from rlcompile.errors import RlcompileError
+from rlcompile.errors import ModelError, RlcompileError
 from rlcompile.events import Event, Listener
 from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS, Quantizer, placement_for
 from rlcompile.precision.smoothing import smooth
@@ -26,11 +26,11 @@ from rlcompile.shapes.variants import Variant
 #: The int8 recipes tried, by name, and the runtimes each runs on: the default ranges (OpenVINO's placement,
 #: residual Adds quantized), SmoothQuant 0.8 with residual Adds in float (what all-MiniLM-L6-v2's trained weights
 #: kept within a cosine of 0.01 on 2-core Zen 4, 0.38x the fastest fp32), and ranges set at run time
-#: (ONNX Runtime's dynamic quantization, which OpenVINO ran slower than its own fp32 there).
+#: (ONNX Runtime's dynamic quantization; OpenVINO's of a MatMul whose weights alone are int8).
 RECIPE_RUNTIMES: dict[str, tuple[Recipe, tuple[str, ...]]] = {
     "minmax": (DEFAULT_RECIPE, ("openvino", "ort")),
     "smoothquant": (RECIPES[0], ("openvino", "ort")),
-    "dynamic": (RECIPES[3], ("ort",)),
+    "dynamic": (RECIPES[3], ("openvino", "ort")),
 }
 
 
@@ -40,6 +40,12 @@ def anchors(proto: onnx.ModelProto) -> list[str]:
     constants |= {node.output[0] for node in proto.graph.node if node.op_type == "Constant"}
     return [node.name for node in proto.graph.node if node.op_type in QUANTIZED_OPS
             and (node.op_type != "MatMul" or node.input[1] in constants)]  # fmt: skip
+
+
+def types(proto: onnx.ModelProto, names: Sequence[str]) -> set[str]:
+    """The operator types of ``proto``'s nodes named in ``names``."""
+    wanted = set(names)
+    return {node.op_type for node in proto.graph.node if node.name in wanted}
 
 
 def named(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -102,6 +108,8 @@ def int8_models(proto: onnx.ModelProto, variants: Sequence[Variant], calibration
                     placement = replace(placement, op_types=placement.op_types - {"Add"},
                                         float_outputs=placement.float_outputs - {"Add"})  # fmt: skip
                 chosen = nodes if recipe.calibration == DYNAMIC else [*nodes, *companions]
+                if recipe.calibration == DYNAMIC and not types(proto, chosen) & set(placement.dynamic_ops):
+                    raise ModelError(f"{variant.library} sets ranges at run time for none of its operators")
                 made[key] = quantizers[variant.recipe].quantized(chosen, placement)
                 progress(Event("shapes", f"quantized the model for {variant.label}"))
             except RlcompileError as error:

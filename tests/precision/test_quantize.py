@@ -196,3 +196,34 @@ def test_openvino_quantizes_the_keys_before_their_swap_to_the_same_numbers(tmp_p
     for ours, theirs in zip(run_proto_on_each(before, feeds), run_proto_on_each(after, feeds), strict=True):
         assert np.array_equal(ours[0], theirs[0])
     assert keys_path(quantizer.quantized(nodes, placement_for("ort")))[:3] == keys_path(after)
+
+
+def test_ranges_set_at_run_time_write_ort_its_dynamic_quantization_and_openvino_only_int8_weights(tmp_path: Path):
+    """ONNX Runtime gets DynamicQuantizeLinear before the chosen MatMul; OpenVINO, which quantizes a MatMul's
+    activations itself where its weights are int8, the chosen MatMul's weights alone in int8 (MatMulNBits), the
+    others left in float; it runs that model close to the float one, in fp32 and bf16 arithmetic."""
+    from rlcompile import runtimes
+    from rlcompile.precision.quantize import DYNAMIC
+    from rlcompile.runtimes import RuntimeOptions
+    from tests.precision.builders import outlier_block, outlier_samples
+
+    proto, _ = outlier_block(channels=64)
+    quantizer = Quantizer(proto, [], tmp_path, method=DYNAMIC)
+    ort_model = quantizer.quantized(["query", "out"], placement_for("ort"))
+    assert sum(node.op_type == "DynamicQuantizeLinear" for node in ort_model.graph.node) == 2
+    model = quantizer.quantized(["query", "out"], placement_for("openvino"))
+    assert not quantizer.cache.exists()  # nothing calibrated
+    ops = {node.name: node.op_type for node in model.graph.node}
+    assert sorted(name for name, op in ops.items() if op == "MatMulNBits") == ["out_Q8", "query_Q8"]
+    assert ops["key"] == "MatMul" and "QuantizeLinear" not in ops.values()
+    stored = {tensor.name: tensor.data_type for tensor in model.graph.initializer}
+    assert stored["Wq_Q8"] == stored["Wo_Q8"] == onnx.TensorProto.UINT8 and stored["Wk"] == onnx.TensorProto.FLOAT
+    feeds = outlier_samples(4, channels=64)
+    openvino = runtimes.create("openvino")
+    reference = [openvino.compile(proto)([feed["x"]])[0] for feed in feeds]
+    for precision in ("fp32", "bf16") if openvino.precisions()["bf16"] is None else ("fp32",):
+        run = openvino.compile(model, RuntimeOptions(precision=precision))
+        for feed, expected in zip(feeds, reference, strict=True):
+            error = np.linalg.norm(run([feed["x"]])[0] - expected) / np.linalg.norm(expected)
+            assert error < 0.05, precision
+    quantizer.close()

@@ -9,18 +9,20 @@ with the least error: with fewer groups to return to float, the other searches f
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from rlcompile.precision.evaluate import Evaluation, Evaluator
-from rlcompile.precision.quantize import DYNAMIC, DYNAMIC_OPS
+from rlcompile.precision.quantize import DYNAMIC, placement_for
 from rlcompile.precision.searches.base import SearchResult, all_int8, run_plans
 from rlcompile.precision.smoothing import smoothable
 from rlcompile.precision.space import DEFAULT_RECIPE, RECIPES, Mode, PrecisionPlan, Recipe
 
-#: The runtimes whose own kernels run ranges set at run time (ONNX Runtime fuses DynamicQuantizeLinear and
-#: MatMulInteger into DynamicQuantizeMatMul): on all-MiniLM-L6-v2 (2-core Zen 4) it ran the dynamic model in 8.8 ms,
-#: OpenVINO in 19.4 (19.2 with the bf16 hint), slower than its own fp32 run of the float model (15.5).
-DYNAMIC_RUNTIMES = ("ort",)
+#: The runtimes whose own kernels run ranges set at run time: ONNX Runtime fuses DynamicQuantizeLinear and
+#: MatMulInteger into DynamicQuantizeMatMul; OpenVINO quantizes the activations of a MatMul with int8 weights itself
+#: (:attr:`~rlcompile.precision.quantize.Placement.sets_ranges_itself`; ONNX Runtime's dynamic model it ran slower than
+#: its own fp32 run of the float model).
+DYNAMIC_RUNTIMES = ("ort", "openvino")
 
 
 def recipes(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
@@ -28,9 +30,10 @@ def recipes(evaluator: Evaluator, modes: list[Mode], seed: int) -> SearchResult:
     if not evaluator.units:
         return SearchResult("recipes", None, 0, {"skipped": "no group can run in int8"})
     tried = [recipe for recipe in RECIPES if changes(evaluator, recipe)]
+    dynamic = dynamic_runtimes(evaluator)
     plans = [PrecisionPlan(replace(mode, recipe=recipe), all_int8(evaluator))
              for fastest in fastest_per_runtime(evaluator, modes) for recipe in tried
-             for mode in recipe_runs(fastest, recipe, modes)]  # fmt: skip
+             for mode in recipe_runs(fastest, recipe, modes, dynamic)]  # fmt: skip
     result = run_plans("recipes", evaluator, plans)
     result.notes["errors"] = {plan.mode.label: evaluator.cache[plan].error for plan in plans if plan in evaluator.cache}
     screened = screen_within(evaluator, plans)
@@ -54,16 +57,25 @@ def screen_within(evaluator: Evaluator, plans: list[PrecisionPlan]) -> list[Eval
     return within
 
 
-def recipe_runs(fastest: Mode, recipe: Recipe, modes: list[Mode]) -> list[Mode]:
+def recipe_runs(fastest: Mode, recipe: Recipe, modes: list[Mode],
+                dynamic: Collection[str] = DYNAMIC_RUNTIMES) -> list[Mode]:  # fmt: skip
     """The modes ``recipe`` is measured in: the runtime's fastest, or every one of the runtime's where the recipe
     quantizes the attention (whose float arithmetic it takes out of the float mode's hands: on all-MiniLM-L6-v2 the
-    int8 attention gained more beside OpenVINO's fp32 arithmetic than beside its bf16); none where the runtime has no
-    kernels for the recipe's ranges set at run time."""
-    if recipe.calibration == DYNAMIC and fastest.runtime not in DYNAMIC_RUNTIMES:
+    int8 attention gained more beside OpenVINO's fp32 arithmetic than beside its bf16); none where the runtime is not
+    among ``dynamic``, those with kernels for the model's operators with ranges set at run time."""
+    if recipe.calibration == DYNAMIC and fastest.runtime not in dynamic:
         return []
     if recipe.attention:
         return [mode for mode in modes if mode.runtime == fastest.runtime]
     return [fastest]
+
+
+def dynamic_runtimes(evaluator: Evaluator) -> list[str]:
+    """The runtimes of :data:`DYNAMIC_RUNTIMES` that quantize some of the model's int8 operators with ranges set at run
+    time (OpenVINO its MatMuls, not a CNN's Gemm)."""
+    anchors = {name for unit in evaluator.units for name in unit.nodes}
+    types = {node.op_type for node in evaluator.quantizer.original.graph.node if node.name in anchors}
+    return [runtime for runtime in DYNAMIC_RUNTIMES if types.intersection(placement_for(runtime).dynamic_ops)]
 
 
 def changes(evaluator: Evaluator, recipe: Recipe) -> bool:
@@ -73,8 +85,7 @@ def changes(evaluator: Evaluator, recipe: Recipe) -> bool:
         return False
     if not recipe.residuals and not any(unit.residuals for unit in evaluator.units):
         return False
-    if recipe.calibration == DYNAMIC and not any(node.op_type in DYNAMIC_OPS and node.name in anchors
-                                                 for node in evaluator.quantizer.original.graph.node):  # fmt: skip
+    if recipe.calibration == DYNAMIC and not dynamic_runtimes(evaluator):
         return False
     if recipe.attention and not any(unit.attention for unit in evaluator.units):
         return False
