@@ -147,11 +147,12 @@ def has_vnni() -> bool:
 
 def derive(full: onnx.ModelProto, float_proto: onnx.ModelProto, nodes: frozenset[str]) -> onnx.ModelProto | None:
     """``full`` (a QDQ model of ``float_proto``) with only ``nodes`` left in int8, without the quantizer: every other
-    node of ``float_proto`` reads its float inputs again, and the QDQ nodes and quantized weights that nothing reads
-    any more are dropped. Each node in ``nodes`` keeps the QDQ inputs ``full`` gave it (the same calibrated scales
-    and weights the quantizer would write: ONNX Runtime's quantizer spends seconds per plan quantizing every
-    weight again, channel by channel). ``None`` where ``full`` lost a float node or renamed its outputs (ONNX
-    Runtime's placement folds a Relu into the convolution before it): only the quantizer can place that plan."""
+    node of ``float_proto`` is its float self again (its float inputs; a MatMul whose weights alone were int8 a
+    MatMul), and the QDQ nodes and quantized weights that nothing reads any more are dropped. Each node in ``nodes``
+    keeps the QDQ inputs ``full`` gave it (the same calibrated scales and weights the quantizer would write: ONNX
+    Runtime's quantizer spends seconds per plan quantizing every weight again, channel by channel). ``None`` where
+    ``full`` lost a float node or renamed its outputs (ONNX Runtime's placement folds a Relu into the convolution
+    before it): only the quantizer can place that plan."""
     float_nodes = {node.name: node for node in float_proto.graph.node}
     kept = {node.name: node for node in full.graph.node if node.name in float_nodes}
     if len(kept) != len(float_nodes) or any(list(kept[name].output) != list(node.output)
@@ -162,8 +163,7 @@ def derive(full: onnx.ModelProto, float_proto: onnx.ModelProto, nodes: frozenset
     separate_shadowed(model.graph, set(float_nodes), float_values(float_proto.graph))
     for node in model.graph.node:
         if node.name in float_nodes and node.name not in nodes:
-            del node.input[:]
-            node.input.extend(float_nodes[node.name].input)
+            node.CopyFrom(float_nodes[node.name])
     drop_unread(model.graph, set(float_nodes))
     present = {tensor.name for tensor in model.graph.initializer}
     read = read_names(model.graph)
@@ -235,6 +235,9 @@ def quantize_weights(proto: onnx.ModelProto, source: Path, target: Path, nodes: 
         quantizer = MatMulNBitsQuantizer(str(source), bits=8, block_size=WEIGHT_BLOCK, is_symmetric=True,
                                          nodes_to_exclude=others)  # fmt: skip
         quantizer.process()
+        for node in quantizer.model.model.graph.node:  # named as the MatMul it replaces, as a plan names its nodes
+            if node.op_type == "MatMulNBits" and node.name.removesuffix("_Q8") in wanted:
+                node.name = node.name.removesuffix("_Q8")
         quantizer.model.save_model_to_file(str(target))
     finally:
         log.setLevel(level)

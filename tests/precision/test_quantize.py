@@ -214,7 +214,7 @@ def test_ranges_set_at_run_time_write_ort_its_dynamic_quantization_and_openvino_
     model = quantizer.quantized(["query", "out"], placement_for("openvino"))
     assert not quantizer.cache.exists()  # nothing calibrated
     ops = {node.name: node.op_type for node in model.graph.node}
-    assert sorted(name for name, op in ops.items() if op == "MatMulNBits") == ["out_Q8", "query_Q8"]
+    assert sorted(name for name, op in ops.items() if op == "MatMulNBits") == ["out", "query"]  # the plan's names
     assert ops["key"] == "MatMul" and "QuantizeLinear" not in ops.values()
     stored = {tensor.name: tensor.data_type for tensor in model.graph.initializer}
     assert stored["Wq_Q8"] == stored["Wo_Q8"] == onnx.TensorProto.UINT8 and stored["Wk"] == onnx.TensorProto.FLOAT
@@ -227,3 +227,13 @@ def test_ranges_set_at_run_time_write_ort_its_dynamic_quantization_and_openvino_
             error = np.linalg.norm(run([feed["x"]])[0] - expected) / np.linalg.norm(expected)
             assert error < 0.05, precision
     quantizer.close()
+    # a plan of fewer MatMuls is derived from the model of all, as the quantizer writes it
+    from rlcompile.runtimes.ort import run_proto_on_each
+
+    every = Quantizer(proto, [], tmp_path / "every", quantizable=["query", "key", "out"], method=DYNAMIC)
+    derived = every.quantized(["query"], placement_for("openvino"))
+    direct = Quantizer(proto, [], tmp_path / "direct", method=DYNAMIC).quantized(["query"], placement_for("openvino"))
+    assert len(list((tmp_path / "every").glob("int8-*.onnx"))) == 2  # the model of all, then the derived one
+    assert [(n.name, n.op_type) for n in derived.graph.node] == [(n.name, n.op_type) for n in direct.graph.node]
+    for ours, theirs in zip(run_proto_on_each(derived, feeds), run_proto_on_each(direct, feeds), strict=True):
+        np.testing.assert_array_equal(ours[0], theirs[0])
