@@ -23,7 +23,7 @@ import json
 import logging
 import tempfile
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,19 +228,33 @@ def quantize_weights(proto: onnx.ModelProto, source: Path, target: Path, nodes: 
 
     wanted = set(nodes)
     others = [node.name for node in proto.graph.node if node.op_type == "MatMul" and node.name not in wanted]
-    log = logging.getLogger(MatMulNBitsQuantizer.__module__)  # it logs every node at its own INFO level
-    level = log.level
-    log.setLevel(logging.WARNING)
-    try:
+    # it logs every node at its own INFO level
+    with quieted(logging.getLogger(MatMulNBitsQuantizer.__module__), logging.WARNING):
         quantizer = MatMulNBitsQuantizer(str(source), bits=8, block_size=WEIGHT_BLOCK, is_symmetric=True,
                                          nodes_to_exclude=others)  # fmt: skip
         quantizer.process()
-        for node in quantizer.model.model.graph.node:  # named as the MatMul it replaces, as a plan names its nodes
-            if node.op_type == "MatMulNBits" and node.name.removesuffix("_Q8") in wanted:
-                node.name = node.name.removesuffix("_Q8")
-        quantizer.model.save_model_to_file(str(target))
+    for node in quantizer.model.model.graph.node:  # named as the MatMul it replaces, as a plan names its nodes
+        if node.op_type == "MatMulNBits" and node.name.removesuffix("_Q8") in wanted:
+            node.name = node.name.removesuffix("_Q8")
+    quantizer.model.save_model_to_file(str(target))
+
+
+def quantized_at_run_time(proto: onnx.ModelProto, nodes: Iterable[str], placement: Placement) -> bool:
+    """Whether ``placement``'s runtime sets the ranges at run time for some of ``nodes`` (their operator types among
+    its :attr:`~Placement.dynamic_ops`)."""
+    wanted = set(nodes)
+    return any(node.name in wanted and node.op_type in placement.dynamic_ops for node in proto.graph.node)
+
+
+@contextlib.contextmanager
+def quieted(log: logging.Logger, level: int) -> Iterator[None]:
+    """``log`` at ``level`` inside the block, at its own level again after it."""
+    before = log.level
+    log.setLevel(level)
+    try:
+        yield
     finally:
-        log.setLevel(level)
+        log.setLevel(before)
 
 
 class SampleReader:
@@ -347,39 +361,33 @@ class Quantizer:
 
         if self.refusal is not None:
             raise ModelError(self.refusal)
-        quiet = logging.getLogger().level
-        logging.getLogger().setLevel(logging.ERROR)  # ORT's advice to pre-process goes to the root logger
-        # a tensor that is always zero (a token-type embedding) makes ORT divide 0 by 0 for its zero point, warning
-        # on stderr about a value it then does not use
-        ignored = warnings.catch_warnings()
-        ignored.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            if self.method == DYNAMIC and placement.sets_ranges_itself:
-                quantize_weights(self.proto, self.source, target, nodes)
-                return
-            if self.method == DYNAMIC:
-                quantize_dynamic(str(self.source), str(target), weight_type=QuantType.QInt8, per_channel=True,
-                                 reduce_range=not has_vnni(), nodes_to_quantize=nodes,
-                                 op_types_to_quantize=list(placement.dynamic_ops))  # fmt: skip
-                return
-            if not self.calibrated:
-                self.calibrate()
-            nodes = self.bounded(nodes)
-            if not nodes:
-                onnx.save(self.proto, str(target))
-                return
-            quantize_static(str(self.source), str(target), None,
-                            quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=not has_vnni(),
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=nodes,
-                            calibrate_method=CalibrationMethod[CALIBRATION_METHODS[self.method][0]],
-                            calibration_cache_path=str(self.cache),
-                            **placement.options(attention_overrides(self.proto, nodes)))  # fmt: skip
-        except Exception as error:  # the quantizer on a graph it cannot take: said in one line by the caller
-            raise ModelError(f"ONNX Runtime's quantizer cannot quantize this model: {first_line(error)}") from None
-        finally:
-            logging.getLogger().setLevel(quiet)
-            ignored.__exit__(None, None, None)
+        # ORT's advice to pre-process goes to the root logger; a tensor that is always zero (a token-type embedding)
+        # makes ORT divide 0 by 0 for its zero point, warning on stderr about a value it then does not use
+        with quieted(logging.getLogger(), logging.ERROR), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            try:
+                if self.method == DYNAMIC:
+                    if placement.sets_ranges_itself:
+                        quantize_weights(self.proto, self.source, target, nodes)
+                    else:
+                        quantize_dynamic(str(self.source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+                                         reduce_range=not has_vnni(), nodes_to_quantize=nodes,
+                                         op_types_to_quantize=list(placement.dynamic_ops))  # fmt: skip
+                    return
+                if not self.calibrated:
+                    self.calibrate()
+                nodes = self.bounded(nodes)
+                if not nodes:
+                    onnx.save(self.proto, str(target))
+                    return
+                quantize_static(str(self.source), str(target), None,
+                                quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=not has_vnni(),
+                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=nodes,
+                                calibrate_method=CalibrationMethod[CALIBRATION_METHODS[self.method][0]],
+                                calibration_cache_path=str(self.cache),
+                                **placement.options(attention_overrides(self.proto, nodes)))  # fmt: skip
+            except Exception as error:  # the quantizer on a graph it cannot take: said in one line by the caller
+                raise ModelError(f"ONNX Runtime's quantizer cannot quantize this model: {first_line(error)}") from None
 
     def bounded(self, nodes: list[str]) -> list[str]:
         """``nodes`` less those reading or writing a tensor whose calibrated range is infinite or beyond

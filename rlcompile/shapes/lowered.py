@@ -18,7 +18,7 @@ import onnx
 from rlcompile import runtimes
 from rlcompile.errors import ModelError, RlcompileError
 from rlcompile.events import Event, Listener
-from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS, Quantizer, placement_for
+from rlcompile.precision.quantize import DYNAMIC, QUANTIZED_OPS, Quantizer, placement_for, quantized_at_run_time
 from rlcompile.precision.smoothing import smooth
 from rlcompile.precision.space import DEFAULT_RECIPE, RECIPES, Recipe, is_companion, model_constants
 from rlcompile.shapes.variants import Variant
@@ -40,12 +40,6 @@ def anchors(proto: onnx.ModelProto) -> list[str]:
     constants |= {node.output[0] for node in proto.graph.node if node.op_type == "Constant"}
     return [node.name for node in proto.graph.node if node.op_type in QUANTIZED_OPS
             and (node.op_type != "MatMul" or node.input[1] in constants)]  # fmt: skip
-
-
-def types(proto: onnx.ModelProto, names: Sequence[str]) -> set[str]:
-    """The operator types of ``proto``'s nodes named in ``names``."""
-    wanted = set(names)
-    return {node.op_type for node in proto.graph.node if node.name in wanted}
 
 
 def named(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -108,7 +102,7 @@ def int8_models(proto: onnx.ModelProto, variants: Sequence[Variant], calibration
                     placement = replace(placement, op_types=placement.op_types - {"Add"},
                                         float_outputs=placement.float_outputs - {"Add"})  # fmt: skip
                 chosen = nodes if recipe.calibration == DYNAMIC else [*nodes, *companions]
-                if recipe.calibration == DYNAMIC and not types(proto, chosen) & set(placement.dynamic_ops):
+                if recipe.calibration == DYNAMIC and not quantized_at_run_time(proto, chosen, placement):
                     raise ModelError(f"{variant.library} sets ranges at run time for none of its operators")
                 made[key] = quantizers[variant.recipe].quantized(chosen, placement)
                 progress(Event("shapes", f"quantized the model for {variant.label}"))

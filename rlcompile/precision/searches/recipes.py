@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from rlcompile.precision.evaluate import Evaluation, Evaluator
-from rlcompile.precision.quantize import DYNAMIC, placement_for
+from rlcompile.precision.quantize import DYNAMIC, placement_for, quantized_at_run_time
 from rlcompile.precision.searches.base import SearchResult, all_int8, run_plans
 from rlcompile.precision.smoothing import smoothable
 from rlcompile.precision.space import DEFAULT_RECIPE, RECIPES, Mode, PrecisionPlan, Recipe
@@ -73,9 +73,9 @@ def recipe_runs(fastest: Mode, recipe: Recipe, modes: list[Mode],
 def dynamic_runtimes(evaluator: Evaluator) -> list[str]:
     """The runtimes of :data:`DYNAMIC_RUNTIMES` that quantize some of the model's int8 operators with ranges set at run
     time (OpenVINO its MatMuls, not a CNN's Gemm)."""
-    anchors = {name for unit in evaluator.units for name in unit.nodes}
-    types = {node.op_type for node in evaluator.quantizer.original.graph.node if node.name in anchors}
-    return [runtime for runtime in DYNAMIC_RUNTIMES if types.intersection(placement_for(runtime).dynamic_ops)]
+    anchors = [name for unit in evaluator.units for name in unit.nodes]
+    return [runtime for runtime in DYNAMIC_RUNTIMES
+            if quantized_at_run_time(evaluator.quantizer.original, anchors, placement_for(runtime))]  # fmt: skip
 
 
 def changes(evaluator: Evaluator, recipe: Recipe) -> bool:
