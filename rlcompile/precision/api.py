@@ -7,10 +7,11 @@
    and the fusion groups that can run in int8 span the space (:mod:`rlcompile.precision.space`).
 3. The uniform plans, NNCF's greedy rule, the exact proxy optimum and the agent (Q-learning by default)
    search it, every plan measured end to end on the validation samples (error) and timed briefly.
-4. The best plan within tolerance of each search joins the selection's candidates as a one-segment plan,
-   and every candidate (the layer level's fp32 plans and the native runs included) is timed again in one
-   contest, alternating; the fastest wins. A plan over its tolerance is never a candidate, so the result
-   is never slower than the fp32 choice beyond the noise, and never less accurate than allowed.
+4. The best plan within tolerance of each search joins the selection's candidates as a one-segment plan
+   (the fastest also built on the graph as the user gave it, where the graph level rewrote it: the rewrite
+   was judged in fp32), and every candidate (the layer level's fp32 plans and the native runs included) is
+   timed again in one contest, alternating; the fastest wins. A plan over its tolerance is never a candidate,
+   so the result is never slower than the fp32 choice beyond the noise, and never less accurate than allowed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import onnx
 
 from rlcompile.errors import RlcompileError
 from rlcompile.events import Event, Listener, Phase, Step, ignore
+from rlcompile.layer.group_table import group_model
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.layer.selection.candidates import Candidate, create_libraries
 from rlcompile.layer.selection.record import Selection
@@ -34,7 +36,7 @@ from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import random_tensor
 from rlcompile.precision.contract import AccuracyContract, Samples, load_metric, load_samples, mean_error
-from rlcompile.precision.evaluate import Evaluation, Evaluator
+from rlcompile.precision.evaluate import BudgetSpent, Evaluation, Evaluator
 from rlcompile.precision.quantize import Quantizer
 from rlcompile.precision.searches import SearchResult, create
 from rlcompile.precision.searches.recipes import recipe_modes
@@ -53,6 +55,8 @@ FINALISTS = 4
 SCREENED = 6
 #: The label of a precision candidate starts with this.
 PRECISION = "precision:"
+#: The work folder of the plans that lower the graph as the user gave it, and the words their labels end with.
+AS_GIVEN, AS_GIVEN_LABEL = "original-graph", " (original graph)"
 
 
 @dataclass
@@ -71,6 +75,9 @@ class PrecisionChoice:
     wall_s: float
     #: the evaluator the searches shared (its cache holds every plan measured)
     evaluator: Evaluator | None = field(default=None, repr=False)
+    #: the fastest finalist's plan lowering the graph as the user gave it, measured (:func:`as_given_candidates`),
+    #: as :func:`plan_record` keeps it
+    as_given: list[dict] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {search.solver: {"best": search.best.plan.label(self.units) if search.best else None,
@@ -85,10 +92,15 @@ class PrecisionChoice:
                 "validation_samples": len(self.samples.validation), "fp32_error": self.fp32_error,
                 "modes": [mode.label for mode in self.modes], "left_out": self.left_out, "units": self.units,
                 "searches": self.summary(), "evaluations": len(self.evaluations), "wall_s": self.wall_s,
-                "plans": [{"plan": e.plan.label(self.units), "error": e.error, "excess": e.excess,
-                           "quick_ms": e.ms if e.latency else None, "screened_ms": e.screened_ms,
-                           "within": e.within, "failure": e.failure}
-                          for e in self.evaluations]}  # fmt: skip
+                "plans": [plan_record(e, self.units) for e in self.evaluations],
+                "original_graph_plans": self.as_given}  # fmt: skip
+
+
+def plan_record(evaluation: Evaluation, units: int) -> dict:
+    """One measured plan as the manifest keeps it (``units``: how many the plan's graph has)."""
+    e = evaluation
+    return {"plan": e.plan.label(units), "error": e.error, "excess": e.excess, "quick_ms": e.ms if e.latency else None,
+            "screened_ms": e.screened_ms, "within": e.within, "failure": e.failure}
 
 
 def choose_precision(selection: Selection, contract: AccuracyContract, agent: str = "qlearning", seed: int = 0,
@@ -116,14 +128,16 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     allowed, left_out = modes(contract.lowered, created)
     for name, why in left_out.items():
         progress(Event("precision", f"precision: {name} left out: {why}"))
-    units = precision_units(grouped.proto, grouped.groups) if "int8" in contract.lowered else []
-    quantizer_of = recipe_quantizers(grouped.proto, units, [samples.feeds(s) for s in samples.calibration], work)
-    evaluator = Evaluator(units, quantizer_of(DEFAULT_RECIPE), created, samples, metric, reference, fp32_error,
-                          contract.tolerance, threads, grouped=grouped,
-                          max_evaluations=max_evaluations or max(40, 4 * len(units) + 12), deadline=deadline,
-                          quantizer_factory=quantizer_of)  # fmt: skip
+    evaluator = evaluator_for(grouped, contract, samples, metric, reference, fp32_error, created, threads, work,
+                              deadline, max_evaluations)  # fmt: skip
     searches = run_searches(evaluator, allowed, agent, seed, progress)
-    finalists = finalist_candidates(evaluator, searches, selection, contract, samples, fp32_error, final_deadline)
+    found = finalist_candidates(evaluator, searches, selection, contract, samples, fp32_error, final_deadline)
+    finalists, twin = [candidate for _, candidate in found], None
+    if found and grouped.original is not None and grouped.original is not selection.model:
+        twin = evaluator_for(group_model(selection.model), contract, samples, metric, reference, fp32_error, created,
+                             threads, None if work is None else work / AS_GIVEN, final_deadline, 1)  # fmt: skip
+        finalists += as_given_candidates(evaluator, twin, *found[0], selection, contract, samples, fp32_error,
+                                         progress)  # fmt: skip
     progress(Phase("precision", f"precision: timing {len(finalists)} precision plans with the fp32 plans in turns",
                    "measure"))  # fmt: skip
     selection.candidates += finalists
@@ -133,16 +147,59 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
     selection.native_calls = natives
     selection.take_final(time_candidates(grouped, selection.candidates, selection.final_timers(), timing, progress,
                                          final_deadline, model.native_proto))  # fmt: skip
-    evaluator.close()
+    for each in (evaluator, twin):
+        if each is not None:
+            each.close()
     evaluations = [evaluator.cache[plan] for plan in evaluator.visited]
     if grouped is not selection.grouped:
         progress(Event("precision", "precision: lowered the model as the user gave it (the rewritten graph ran "
                                     "slower in the layer stage's contest)"))  # fmt: skip
-    choice = PrecisionChoice(contract, samples, fp32_error, allowed, left_out, len(units), searches, evaluations,
-                             finalists, time.monotonic() - started, evaluator)  # fmt: skip
+    choice = PrecisionChoice(contract, samples, fp32_error, allowed, left_out, len(evaluator.units), searches,
+                             evaluations, finalists, time.monotonic() - started, evaluator,
+                             [] if twin is None else [plan_record(e, len(twin.units)) for e in twin.cache.values()])
     for candidate in finalists:
         candidate.accuracy.searches = choice.summary()
     return choice
+
+
+def evaluator_for(grouped, contract: AccuracyContract, samples: Samples, metric, reference: list[list[np.ndarray]],
+                  fp32_error: float, created, threads: int, work: Path | None, deadline: float | None,
+                  max_evaluations: int | None = None) -> Evaluator:  # fmt: skip
+    """The evaluator of the plans that lower ``grouped`` (its fusion groups that can run in int8 the units, each
+    recipe's quantizer made in its own folder of ``work``), ``max_evaluations`` at most (default: by the units)."""
+    units = precision_units(grouped.proto, grouped.groups) if "int8" in contract.lowered else []
+    quantizer_of = recipe_quantizers(grouped.proto, units, [samples.feeds(s) for s in samples.calibration], work)
+    return Evaluator(units, quantizer_of(DEFAULT_RECIPE), created, samples, metric, reference, fp32_error,
+                     contract.tolerance, threads, grouped=grouped,
+                     max_evaluations=max_evaluations or max(40, 4 * len(units) + 12), deadline=deadline,
+                     quantizer_factory=quantizer_of)  # fmt: skip
+
+
+def as_given_candidates(evaluator: Evaluator, twin: Evaluator, fastest: Evaluation, candidate: Candidate,
+                        selection: Selection, contract: AccuracyContract, samples: Samples, fp32_error: float,
+                        progress: Listener = ignore) -> list[Candidate]:  # fmt: skip
+    """The fastest finalist's plan lowering the graph as the user gave it (``twin``'s), as a candidate of its own
+    when it stays within the contract there: the same mode and recipe, every group in int8 or none (the groups of a
+    plan of some name the rewritten graph's). The graph level keeps a rewrite that ONNX Runtime runs faster in fp32,
+    and a lowered plan runs other kernels: on all-MiniLM-L6-v2 (2-core Zen 5) the projections merged into one MatMul
+    ran 14% faster in ONNX Runtime fp32 and made OpenVINO's int8 plan 3% slower. The final contest decides."""
+    plan = fastest.plan
+    if 0 < len(plan.int8) < len(evaluator.units) or (plan.int8 and not twin.units):
+        return []
+    lowered = PrecisionPlan(plan.mode, frozenset(range(len(twin.units))) if plan.int8 else frozenset())
+    progress(Event("precision", f"precision: {lowered.label(len(twin.units))} on the original graph"))
+    try:
+        found = twin(lowered)
+    except BudgetSpent:
+        return []
+    if not found.within or found.failure:
+        why = found.failure or f"error {found.error:.4g}, outside the tolerance"
+        progress(Event("precision", f"precision: left out on the original graph: {why}"))
+        return []
+    found_by = candidate.labels[0].removeprefix(PRECISION).split(" (")[0]
+    twin_candidate = candidate_of(twin, found, selection, contract, samples, fp32_error, found_by, AS_GIVEN_LABEL)
+    twin_candidate.accuracy.evaluations = len(evaluator.visited) + 1
+    return [twin_candidate]
 
 
 def recipe_quantizers(proto: onnx.ModelProto, units: list[Unit], feeds: list[dict[str, np.ndarray]],
@@ -168,8 +225,6 @@ def source_graph(selection: Selection):
     fastest = min((c for c in selection.candidates if c.measured), key=lambda c: c.measured.median_ms, default=None)
     rewritten = grouped.original is not None and grouped.original is not selection.model
     if rewritten and fastest is not None and any("(original graph)" in label for label in fastest.labels):
-        from rlcompile.layer.group_table import group_model
-
         return group_model(selection.model)
     return grouped
 
@@ -195,8 +250,8 @@ def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: in
 
 def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], selection: Selection,
                         contract: AccuracyContract, samples: Samples, fp32_error: float,
-                        deadline: float | None = None) -> list[Candidate]:  # fmt: skip
-    """The fastest distinct plans within tolerance (each search's best first), as one-segment candidates;
+                        deadline: float | None = None) -> list[tuple[Evaluation, Candidate]]:  # fmt: skip
+    """The fastest distinct plans within tolerance (each search's best first), each with its one-segment candidate;
     only plans that run faster than every exact (fp32) plan when timed in turns with them (:meth:`Evaluator.screen`)."""
     exact = [e for e in evaluator.cache.values() if e.plan.exact and e.failure is None]
     pool = screening_pool(evaluator, searches)
@@ -204,8 +259,8 @@ def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], sele
     exact_ms = min((e.ranking_ms for e in exact), default=np.inf)
     chosen = sorted((e for e in pool if e.ranking_ms < exact_ms), key=lambda e: e.ranking_ms)[:FINALISTS]
     found_by = {id(s.best): s.solver for s in reversed(searches) if s.best}  # the first search to find it
-    return [candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"),
-                         runners.get(e.plan)) for e in chosen]  # fmt: skip
+    return [(e, candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"),
+                             runner=runners.get(e.plan))) for e in chosen]  # fmt: skip
 
 
 def screening_pool(evaluator: Evaluator, searches: list[SearchResult]) -> list[Evaluation]:
@@ -226,15 +281,15 @@ def screening_pool(evaluator: Evaluator, searches: list[SearchResult]) -> list[E
 
 
 def candidate_of(evaluator: Evaluator, evaluation: Evaluation, selection: Selection, contract: AccuracyContract,
-                 samples: Samples, fp32_error: float, found_by: str,
+                 samples: Samples, fp32_error: float, found_by: str, graph: str = "",
                  runner: Runner | None = None) -> Candidate:  # fmt: skip
     """A one-segment candidate that runs ``evaluation``'s plan (on ``runner`` when it is already compiled, as
-    :meth:`Evaluator.screen` compiles it), with its accuracy record."""
+    :meth:`Evaluator.screen` compiles it), with its accuracy record; ``graph``: words its label ends with."""
     source, grouped, plan = evaluator.grouped, selection.grouped, evaluation.plan
     units = evaluator.units
     segment = Segment(plan.mode.runtime, list(range(len(source.groups))), list(source.inputs),
                       list(source.outputs), evaluator.model(plan), plan.mode.floats)  # fmt: skip
-    label = f"{PRECISION}{found_by} ({plan.label(len(units))})"
+    label = f"{PRECISION}{found_by} ({plan.label(len(units))}){graph}"
     candidate = Candidate([label], [plan.mode.runtime] * len(grouped.groups), evaluation.ranking_ms)
     runner = evaluator.compile(plan, exclusive=True) if runner is None else runner
     candidate.engine = SegmentEngine([CompiledSegment(segment, runner, runner.prepare_seconds)], grouped.inputs,

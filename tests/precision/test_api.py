@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from rlcompile.cli import main
@@ -109,3 +110,54 @@ def test_each_lowered_float_mode_alone_is_screened_whatever_the_int8_plans_brief
     assert all(e.within and not e.plan.exact for e in pool)
     fastest = sorted((e for e in evaluator.cache.values() if e.plan.int8), key=lambda e: e.ms)
     assert [e for e in pool if e not in (best, alone)] == [e for e in fastest if e is not best][: SCREENED - 2]
+
+
+def test_the_fastest_plan_is_measured_again_on_the_graph_as_the_user_gave_it(tmp_path: Path):
+    """A graph rewrite is kept for ONNX Runtime's fp32 time; the fastest lowered plan is also built on the user's own
+    graph (same mode and recipe, every group in int8), a candidate of its own when within the contract."""
+    from rlcompile.graph import onnx_graph, rules
+    from rlcompile.layer.group_table import group_model
+    from rlcompile.layer.selection.candidates import create_libraries
+    from rlcompile.models.onnx_model import LoadedModel, random_tensor
+    from rlcompile.precision.api import AS_GIVEN_LABEL, as_given_candidates, candidate_of, evaluator_for
+    from rlcompile.precision.contract import load_metric, load_samples, mean_error
+    from rlcompile.runtimes.ort import run_proto_on_each
+    from tests.precision.builders import attention_block
+
+    proto, _ = attention_block(width=16, tokens=8)
+    onnx.save(proto, str(tmp_path / "attention.onnx"))
+    original = load_model(str(tmp_path / "attention.onnx"))
+    merge = rules.create("merge_parallel_matmul")
+    graph = onnx_graph.from_proto(original.proto)
+    merged = onnx_graph.to_proto(merge.apply(graph, merge.locations(graph)[0]))
+    rewritten = LoadedModel(original.name, merged, list(original.inputs), original.source, [])
+    selection = select_segments(rewritten, "exact", threads=2, library_names=["ort", "openvino"], baseline=original,
+                                table_dir=tmp_path / "tables", timing=BLOCKS)  # fmt: skip
+    contract = AccuracyContract("auto", None, "rel-l2", 0.05)
+    specs = {spec.name: (tuple(spec.shape), spec.dtype) for spec in original.inputs}
+    samples = load_samples(contract, specs, 0, lambda rng: {s.name: random_tensor(s, rng) for s in original.inputs})
+    metric, (created, _) = load_metric("rel-l2"), create_libraries(["ort", "openvino"], None)
+    reference = run_proto_on_each(original.proto, [samples.feeds(sample) for sample in samples.validation])
+    fp32_error = mean_error(metric, samples, reference, reference)
+    made = [evaluator_for(grouped, contract, samples, metric, reference, fp32_error, created, 2, tmp_path / name, None)
+            for name, grouped in (("rewritten", selection.grouped), ("given", group_model(original)))]  # fmt: skip
+    evaluator, twin = made
+    assert len(twin.units) > len(evaluator.units)  # two projections merged into one MatMul: one unit fewer
+    fastest = evaluator(PrecisionPlan(Mode("openvino"), frozenset(range(len(evaluator.units)))))
+    assert fastest.within
+    candidate = candidate_of(evaluator, fastest, selection, contract, samples, fp32_error, "uniform")
+    found = as_given_candidates(evaluator, twin, fastest, candidate, selection, contract, samples, fp32_error)
+    assert len(found) == 1 and found[0].labels[0].endswith(AS_GIVEN_LABEL) and found[0].labels[0].startswith(
+        "precision:uniform (openvino fp32")
+    [given] = twin.cache.values()
+    assert given.plan.int8 == frozenset(range(len(twin.units))) and given.within
+    assert found[0].accuracy.int8_groups == [unit.group for unit in twin.units]
+    assert found[0].agreement.within(0.05) and found[0].accuracy.evaluations == len(evaluator.visited) + 1
+    [segment] = [compiled.segment for compiled in found[0].engine.compiled]
+    operators = [node.op_type for node in segment.proto.graph.node]
+    assert "Split" not in operators and "QuantizeLinear" in operators  # the user's graph in int8, not the merged one
+    some = PrecisionPlan(Mode("openvino"), frozenset({0}))  # a plan of some groups names the rewritten graph's
+    assert as_given_candidates(evaluator, twin, evaluator(some), candidate, selection, contract, samples,
+                               fp32_error) == []  # fmt: skip
+    for each in made:
+        each.close()
