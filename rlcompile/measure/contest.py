@@ -236,9 +236,10 @@ def beats(incumbent_ms: float, challenger_ms: float, noise: float, rule: KeepRul
     return 1 - challenger_ms / incumbent_ms > max(noise, rule.min_gain)
 
 
-def fastest(entries: Sequence[tuple[str, float, float]], rule: KeepRule, noise: float = 0.0) -> str:
+def fastest(entries: Sequence[tuple[str, float, float | tuple[float, ...]]], rule: KeepRule, noise: float = 0.0) -> str:
     """Of ``(label, median ms, simplicity)`` entries, the fastest; among those within ``rule.tie_band`` of it, or
-    within ``noise`` (the contest's twins' spread) when that is wider, the simplest (then the faster): as
+    within ``noise`` (the contest's twins' spread) when that is wider, the simplest (the least simplicity, a number or
+    a tuple compared in order; then the faster): as
     :func:`beats` asks a challenger to beat the noise, a simpler contender is passed over only beyond it."""
     best = min(ms for _, ms, _ in entries)
     ties = [entry for entry in entries if entry[1] <= best * (1 + max(rule.tie_band, noise))]

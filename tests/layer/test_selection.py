@@ -113,6 +113,25 @@ def test_ties_go_to_the_plan_with_fewer_segments():
     assert pick([mixed, slow, candidate("single", 11.0, 1)], noise=0.3).labels == ["single"]
 
 
+def test_ties_of_as_many_segments_go_to_the_least_error():
+    """Lowered plans equally fast within the band: the one whose error exceeds fp32's least (a plan in fp32 counts as
+    none); beyond the band, the faster whatever its error."""
+    from rlcompile.manifest import AccuracyRecord
+
+    def candidate(label: str, ms: float, excess: float | None) -> Candidate:
+        c = Candidate([label], ["openvino"], ms, measured=summarize([ms]))
+        c.engine = type("E", (), {"compiled": [None]})()
+        if excess is not None:
+            c.accuracy = AccuracyRecord("auto", "cosine", 0.01, "data.npz", 4, 4, 0.0, excess, excess, label, {}, [],
+                                        10, {})  # fmt: skip
+        return c
+
+    rough, exact = candidate("int8 rough", 2.366, 0.0064), candidate("int8 smooth", 2.368, 0.0021)
+    assert pick([rough, exact]).labels == ["int8 smooth"]
+    assert pick([rough, exact, candidate("fp32", 2.40, None)]).labels == ["fp32"]  # within 2%: no gain measured
+    assert pick([candidate("int8 rough", 2.20, 0.0064), exact]).labels == ["int8 rough"]  # 7% faster: beyond it
+
+
 def test_the_untouched_original_is_kept_unless_a_plan_beats_it_beyond_the_band_and_the_noise():
     def candidate(label: str, ms: float, segments: int = 1, untouched: bool = False) -> Candidate:
         c = Candidate([label], ["ort"], ms, measured=summarize([ms]), untouched=untouched)
