@@ -28,7 +28,7 @@ from rlcompile.errors import RlcompileError
 from rlcompile.events import Event, Listener, Phase, Step, ignore
 from rlcompile.layer.group_table import group_model
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
-from rlcompile.layer.selection.candidates import Candidate, create_libraries
+from rlcompile.layer.selection.candidates import ORIGINAL_GRAPH, Candidate, create_libraries
 from rlcompile.layer.selection.record import Selection
 from rlcompile.layer.selection.timing import native_timers as make_native_timers
 from rlcompile.layer.selection.timing import time_candidates
@@ -55,8 +55,8 @@ FINALISTS = 4
 SCREENED = 6
 #: The label of a precision candidate starts with this.
 PRECISION = "precision:"
-#: The work folder of the plans that lower the graph as the user gave it, and the words their labels end with.
-AS_GIVEN, AS_GIVEN_LABEL = "original-graph", " (original graph)"
+#: The work folder of the plans that lower the graph as the user gave it.
+AS_GIVEN = "original-graph"
 
 
 @dataclass
@@ -132,11 +132,12 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
                               deadline, max_evaluations)  # fmt: skip
     searches = run_searches(evaluator, allowed, agent, seed, progress)
     found = finalist_candidates(evaluator, searches, selection, contract, samples, fp32_error, final_deadline)
-    finalists, twin = [candidate for _, candidate in found], None
-    if found and grouped.original is not None and grouped.original is not selection.model:
+    finalists, twin = [candidate for *_, candidate in found], None
+    if found and rewritten(grouped, selection):
         twin = evaluator_for(group_model(selection.model), contract, samples, metric, reference, fp32_error, created,
                              threads, None if work is None else work / AS_GIVEN, final_deadline, 1)  # fmt: skip
-        finalists += as_given_candidates(evaluator, twin, *found[0], selection, contract, samples, fp32_error,
+        fastest, found_by, _ = found[0]
+        finalists += as_given_candidates(evaluator, twin, fastest, found_by, selection, contract, samples, fp32_error,
                                          progress)  # fmt: skip
     progress(Phase("precision", f"precision: timing {len(finalists)} precision plans with the fp32 plans in turns",
                    "measure"))  # fmt: skip
@@ -175,7 +176,7 @@ def evaluator_for(grouped, contract: AccuracyContract, samples: Samples, metric,
                      quantizer_factory=quantizer_of)  # fmt: skip
 
 
-def as_given_candidates(evaluator: Evaluator, twin: Evaluator, fastest: Evaluation, candidate: Candidate,
+def as_given_candidates(evaluator: Evaluator, twin: Evaluator, fastest: Evaluation, found_by: str,
                         selection: Selection, contract: AccuracyContract, samples: Samples, fp32_error: float,
                         progress: Listener = ignore) -> list[Candidate]:  # fmt: skip
     """The fastest finalist's plan lowering the graph as the user gave it (``twin``'s), as a candidate of its own
@@ -196,10 +197,9 @@ def as_given_candidates(evaluator: Evaluator, twin: Evaluator, fastest: Evaluati
         why = found.failure or f"error {found.error:.4g}, outside the tolerance"
         progress(Event("precision", f"precision: left out on the original graph: {why}"))
         return []
-    found_by = candidate.labels[0].removeprefix(PRECISION).split(" (")[0]
-    twin_candidate = candidate_of(twin, found, selection, contract, samples, fp32_error, found_by, AS_GIVEN_LABEL)
-    twin_candidate.accuracy.evaluations = len(evaluator.visited) + 1
-    return [twin_candidate]
+    candidate = candidate_of(twin, found, selection, contract, samples, fp32_error, found_by, ORIGINAL_GRAPH)
+    candidate.accuracy.evaluations = len(evaluator.visited) + 1
+    return [candidate]
 
 
 def recipe_quantizers(proto: onnx.ModelProto, units: list[Unit], feeds: list[dict[str, np.ndarray]],
@@ -223,10 +223,15 @@ def source_graph(selection: Selection):
     it and the fastest fp32 plan measured ran the model as the user gave it (then that one, grouped)."""
     grouped = selection.grouped
     fastest = min((c for c in selection.candidates if c.measured), key=lambda c: c.measured.median_ms, default=None)
-    rewritten = grouped.original is not None and grouped.original is not selection.model
-    if rewritten and fastest is not None and any("(original graph)" in label for label in fastest.labels):
+    as_given = fastest is not None and any(ORIGINAL_GRAPH in label for label in fastest.labels)
+    if rewritten(grouped, selection) and as_given:
         return group_model(selection.model)
     return grouped
+
+
+def rewritten(grouped, selection: Selection) -> bool:
+    """Whether ``grouped`` is a rewrite of the model the user gave (the graph level's), not that model itself."""
+    return grouped.original is not None and grouped.original is not selection.model
 
 
 def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: int,
@@ -250,17 +255,19 @@ def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: in
 
 def finalist_candidates(evaluator: Evaluator, searches: list[SearchResult], selection: Selection,
                         contract: AccuracyContract, samples: Samples, fp32_error: float,
-                        deadline: float | None = None) -> list[tuple[Evaluation, Candidate]]:  # fmt: skip
-    """The fastest distinct plans within tolerance (each search's best first), each with its one-segment candidate;
+                        deadline: float | None = None) -> list[tuple[Evaluation, str, Candidate]]:  # fmt: skip
+    """The fastest distinct plans within tolerance (each search's best first), each with the search that found it
+    and its one-segment candidate;
     only plans that run faster than every exact (fp32) plan when timed in turns with them (:meth:`Evaluator.screen`)."""
     exact = [e for e in evaluator.cache.values() if e.plan.exact and e.failure is None]
     pool = screening_pool(evaluator, searches)
     runners = evaluator.screen(exact + pool, deadline) if pool and exact else {}
     exact_ms = min((e.ranking_ms for e in exact), default=np.inf)
     chosen = sorted((e for e in pool if e.ranking_ms < exact_ms), key=lambda e: e.ranking_ms)[:FINALISTS]
-    found_by = {id(s.best): s.solver for s in reversed(searches) if s.best}  # the first search to find it
-    return [(e, candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by.get(id(e), "measured"),
-                             runner=runners.get(e.plan))) for e in chosen]  # fmt: skip
+    solvers = {id(s.best): s.solver for s in reversed(searches) if s.best}  # the first search to find it
+    found = [(e, solvers.get(id(e), "measured")) for e in chosen]
+    return [(e, found_by, candidate_of(evaluator, e, selection, contract, samples, fp32_error, found_by,
+                                       runner=runners.get(e.plan))) for e, found_by in found]  # fmt: skip
 
 
 def screening_pool(evaluator: Evaluator, searches: list[SearchResult]) -> list[Evaluation]:

@@ -117,9 +117,9 @@ def test_the_fastest_plan_is_measured_again_on_the_graph_as_the_user_gave_it(tmp
     graph (same mode and recipe, every group in int8), a candidate of its own when within the contract."""
     from rlcompile.graph import onnx_graph, rules
     from rlcompile.layer.group_table import group_model
-    from rlcompile.layer.selection.candidates import create_libraries
+    from rlcompile.layer.selection.candidates import ORIGINAL_GRAPH, create_libraries
     from rlcompile.models.onnx_model import LoadedModel, random_tensor
-    from rlcompile.precision.api import AS_GIVEN_LABEL, as_given_candidates, candidate_of, evaluator_for
+    from rlcompile.precision.api import as_given_candidates, evaluator_for
     from rlcompile.precision.contract import load_metric, load_samples, mean_error
     from rlcompile.runtimes.ort import run_proto_on_each
     from tests.precision.builders import attention_block
@@ -145,9 +145,8 @@ def test_the_fastest_plan_is_measured_again_on_the_graph_as_the_user_gave_it(tmp
     assert len(twin.units) > len(evaluator.units)  # two projections merged into one MatMul: one unit fewer
     fastest = evaluator(PrecisionPlan(Mode("openvino"), frozenset(range(len(evaluator.units)))))
     assert fastest.within
-    candidate = candidate_of(evaluator, fastest, selection, contract, samples, fp32_error, "uniform")
-    found = as_given_candidates(evaluator, twin, fastest, candidate, selection, contract, samples, fp32_error)
-    assert len(found) == 1 and found[0].labels[0].endswith(AS_GIVEN_LABEL) and found[0].labels[0].startswith(
+    found = as_given_candidates(evaluator, twin, fastest, "uniform", selection, contract, samples, fp32_error)
+    assert len(found) == 1 and found[0].labels[0].endswith(ORIGINAL_GRAPH) and found[0].labels[0].startswith(
         "precision:uniform (openvino fp32")
     [given] = twin.cache.values()
     assert given.plan.int8 == frozenset(range(len(twin.units))) and given.within
@@ -157,7 +156,7 @@ def test_the_fastest_plan_is_measured_again_on_the_graph_as_the_user_gave_it(tmp
     operators = [node.op_type for node in segment.proto.graph.node]
     assert "Split" not in operators and "QuantizeLinear" in operators  # the user's graph in int8, not the merged one
     some = PrecisionPlan(Mode("openvino"), frozenset({0}))  # a plan of some groups names the rewritten graph's
-    assert as_given_candidates(evaluator, twin, evaluator(some), candidate, selection, contract, samples,
+    assert as_given_candidates(evaluator, twin, evaluator(some), "uniform", selection, contract, samples,
                                fp32_error) == []  # fmt: skip
     for each in made:
         each.close()

@@ -212,11 +212,15 @@ def whole_segment(original: LoadedModel, grouped: GroupedModel, name: str) -> Se
     return Segment(name, everything, list(grouped.inputs), list(grouped.outputs), original.native_proto)
 
 
+#: The words a plan's label ends with when it runs the user's graph while the selection's model is a rewrite of it.
+ORIGINAL_GRAPH = " (original graph)"
+
+
 def native_label(name: str, rewritten: bool, threads: str = "") -> str:
     """The label of the user's model run whole by ``name`` (``threads``: the words of a count other than the
     natives', e.g. ``1 thread``), said to be the original graph where the selection's model is a rewrite of it."""
     label = f"native:{name}" + (f" at {threads}" if threads else "")
-    return label + (" (original graph)" if rewritten else "")
+    return label + (ORIGINAL_GRAPH if rewritten else "")
 
 
 def mark_disagreement(candidate: Candidate) -> None:
