@@ -72,7 +72,7 @@ def precision_rows_of(path: str, command: str, wanted) -> list[list[str]]:
         if not wanted(name):
             continue
         plans = {row["plan"]: row for row in model["rows"]}
-        ours = next(row for plan, row in plans.items() if plan.startswith("ours: chosen"))
+        ours = plans[model["chosen"]]
         nncf = [row for plan, row in plans.items() if plan.startswith("nncf")]
         nncf_words = "NNCF: none ran"
         if nncf:

@@ -5,9 +5,9 @@
                                    [--search-minutes 10]
                                    [--out results/precision]
 
-Per model, in one process, alternating (``run_contest``; a second session of each fp32 library gives the noise,
-and the contest settles, every contender timed in up to three batches of rounds, while those twins differ by
-more than 2%):
+Per model, in one process, alternating (``run_contest``; a second session of each fp32 library and of the chosen
+plan gives the noise, each pair's spread in ``twin_spread``, and the contest settles, every contender timed in up to
+three batches of rounds, while those twins differ by more than 2%):
 
 - ``ort fp32``, ``openvino fp32``: the model run natively (the reference and the faster fp32 library);
 - ``openvino bf16``: the same with OpenVINO's bf16 hint (where the CPU has it);
@@ -68,10 +68,11 @@ ENCODERS = ("minilm", "paraphrase")
 #: The fixed input shapes of a task's model exported with dynamic axes (the sequence the transformer is judged at)
 SHAPES = {"minilm": {name: (1, 128) for name in ("input_ids", "attention_mask", "token_type_ids")}}
 TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=1.0)
+TWIN = " (identical session)"
 #: The noise probes: a second session of each fp32 library (OpenVINO's own, since its contenders here are the ones
 #: compared: two compiled instances of PaddleOCR's classifier read 0.73 and 0.82 ms in one contest, while ONNX
-#: Runtime's twins were 0.7% apart)
-TWINS = {"ort fp32 (identical session)": "ort fp32", "openvino fp32 (identical session)": "openvino fp32"}
+#: Runtime's twins were 0.7% apart); the chosen plan gets its own (:func:`identical_session`)
+TWINS = {f"ort fp32{TWIN}": "ort fp32", f"openvino fp32{TWIN}": "openvino fp32"}
 #: More batches of rounds, every contender timed in each, while the twins differ by more than 2% (as a decision settles)
 SETTLE = Settle(max_batches=3, everyone=True)
 
@@ -291,6 +292,8 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     chosen = selection.chosen
     chosen_label = "ours: chosen (" + ", ".join(chosen.labels) + ")"
     runners[chosen_label] = chosen.engine
+    twins = TWINS | {chosen_label + TWIN: chosen_label}
+    runners[chosen_label + TWIN] = identical_session(chosen.engine)
     rows = []
     for label, runner in runners.items():
         outputs = [run_named(runner, samples.feeds(s)) for s in validation]
@@ -301,7 +304,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     feeds = samples.feeds(validation[0])
     # each followed by its library's wind-down (an ONNX Runtime session run natively spins ~45 ms after a call, which
     # slowed whoever came next: ocr-cls's one-segment OpenVINO plan measured 1.07x OpenVINO native without it)
-    contenders = [Contender(label, lambda r=runner: run_named(r, feeds), TWINS.get(label),
+    contenders = [Contender(label, lambda r=runner: run_named(r, feeds), twins.get(label),
                             wind_down_s=runner.wind_down_s)
                   for label, runner in runners.items()]  # fmt: skip
     standings = run_contest(contenders, TIMING, DECISION_ROUNDS, SETTLE)
@@ -311,10 +314,21 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
         row["vs_fp32"] = row["ms"] / fastest_fp32
     return {"model": name, "metric": metric_name, "tolerance": args.tolerance, "fp32_error": fp32_error,
             "samples": {"calibration": len(calibration), "validation": len(validation), "source": samples.source},
-            "noise": standings.noise, "rows": rows, "notes": notes, "chosen": chosen_label,
+            "noise": standings.noise, "twin_spread": {original: abs(standings.ratio(twin, original) - 1)
+                                                      for twin, original in twins.items()},
+            "rows": rows, "notes": notes, "chosen": chosen_label,
             "select_contest": select_contest(selection),
             "searches": choice.summary(), "evaluations": len(choice.evaluations),
             "seconds": {"ours": ours_seconds, "nncf": nncf_seconds, "total": time.monotonic() - started}}  # fmt: skip
+
+
+def identical_session(engine):
+    """The plan ``engine`` runs, compiled again: its twin in the contest, so the chosen plan's own noise is measured
+    (an int8 plan's rows came 0.3-17% apart where the fp32 twins were 1.5-2.5%, on a contended 2-core VM)."""
+    from rlcompile.layer.segments import SegmentEngine
+
+    return SegmentEngine.compile([item.segment for item in engine.compiled], engine.inputs, engine.outputs,
+                                 engine.compiled[0].threads or host_cores())  # fmt: skip
 
 
 def select_contest(selection) -> dict:
