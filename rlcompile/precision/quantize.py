@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from rlcompile.errors import ModelError, first_line
+from rlcompile.layer.groups import name_nodes
 from rlcompile.machine import cpu_flags
 from rlcompile.precision.keys import keys_quantized_before_swap
 
@@ -106,14 +107,16 @@ def placement_for(runtime: str) -> Placement:
 
 def with_per_channel_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     """The model at opset 13 at least (older exports, e.g. Paddle's opset 11/12, cannot hold per-channel QDQ;
-    ONNX Runtime's quantizer writes it anyway and the result does not load), converted by onnx's converter."""
+    ONNX Runtime's quantizer writes it anyway and the result does not load), converted by onnx's converter, every node
+    named: the converter writes a Squeeze's or ReduceSum's axes as a Constant node without a name, and a plan derived
+    from the all-int8 model (:func:`derive`) finds its float nodes by name."""
     version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), PER_CHANNEL_OPSET)
     if version >= PER_CHANNEL_OPSET:
         return proto
     from onnx import version_converter
 
     try:
-        return version_converter.convert_version(proto, PER_CHANNEL_OPSET)
+        return name_nodes(version_converter.convert_version(proto, PER_CHANNEL_OPSET))
     except Exception as error:  # the converter cannot take every graph: said in one line by the caller
         raise ModelError(f"cannot raise the model from opset {version} to {PER_CHANNEL_OPSET} for int8: "
                          f"{first_line(error)}") from None
@@ -156,8 +159,10 @@ def derive(full: onnx.ModelProto, float_proto: onnx.ModelProto, nodes: frozenset
     keeps the QDQ inputs ``full`` gave it (the same calibrated scales and weights the quantizer would write: ONNX
     Runtime's quantizer spends seconds per plan quantizing every weight again, channel by channel). ``None`` where
     ``full`` lost a float node or renamed its outputs (ONNX Runtime's placement folds a Relu into the convolution
-    before it): only the quantizer can place that plan."""
+    before it), or where ``float_proto``'s nodes are not uniquely named: only the quantizer can place that plan."""
     float_nodes = {node.name: node for node in float_proto.graph.node}
+    if len(float_nodes) != len(float_proto.graph.node) or "" in float_nodes:
+        return None  # a name that is missing or repeated cannot say which node is which
     kept = {node.name: node for node in full.graph.node if node.name in float_nodes}
     if len(kept) != len(float_nodes) or any(list(kept[name].output) != list(node.output)
                                             for name, node in float_nodes.items()):  # fmt: skip

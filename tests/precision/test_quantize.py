@@ -106,6 +106,38 @@ def test_a_plan_of_some_groups_is_derived_from_the_model_of_all_as_the_quantizer
     assert derive(everything, quantizer.proto, nodes[1]) is None
 
 
+def test_a_plan_is_derived_from_a_model_raised_from_an_older_opset(tmp_path: Path):
+    """onnx's converter writes each Squeeze's axes as a Constant node without a name (PaddleOCR's recogniser at opset
+    11): a plan derived by name then lost every such Constant but one, and OpenVINO could not read it."""
+    from onnx import helper
+
+    from rlcompile.precision.space import precision_units
+    from rlcompile.runtimes.ort import run_proto_on_each
+
+    proto, groups = conv_relu_conv()
+    squeezed = [helper.make_node("Unsqueeze", ["y"], ["u"], name="unsqueeze", axes=[0]),
+                helper.make_node("Squeeze", ["u"], ["s"], name="squeeze", axes=[0]),
+                helper.make_node("Unsqueeze", ["s"], ["u2"], name="unsqueeze2", axes=[4]),
+                helper.make_node("Squeeze", ["u2"], ["z"], name="squeeze2", axes=[4])]  # fmt: skip
+    proto.graph.node.extend(squeezed)
+    proto.graph.output[0].name = "z"
+    del proto.opset_import[:]
+    proto.opset_import.append(helper.make_opsetid("", 11))
+    proto.ir_version = 7
+    units = precision_units(proto, groups)
+    nodes = [frozenset((*unit.nodes, *unit.companions)) for unit in units]
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32)} for i in range(4)]
+    quantizer = Quantizer(proto, feeds, tmp_path / "derived", quantizable=nodes[0] | nodes[1])
+    direct = Quantizer(proto, feeds, tmp_path / "direct")
+    openvino = placement_for("openvino")
+    for chosen in nodes:
+        derived = quantizer.quantized(chosen, openvino)
+        onnx.checker.check_model(derived, full_check=True)
+        for ours, theirs in zip(run_proto_on_each(derived, feeds), run_proto_on_each(direct.quantized(chosen, openvino),
+                                                                                     feeds), strict=True):  # fmt: skip
+            np.testing.assert_array_equal(ours[0], theirs[0])
+
+
 @pytest.mark.parametrize("method", sorted(CALIBRATION_METHODS))
 def test_nodes_touching_an_unbounded_range_stay_in_float(tmp_path: Path, method: str):
     """Whatever the calibration method: the histogram methods find no finite bins for an attention mask's fill, and
