@@ -221,6 +221,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     from rlcompile import runtimes
     from rlcompile.layer.selection.api import select_segments
     from rlcompile.precision.api import choose_precision
+    from rlcompile.precision.evaluate import failures
     from rlcompile.runtimes import RuntimeOptions
     from rlcompile.runtimes.ort import run_proto
 
@@ -319,6 +320,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
             "rows": rows, "notes": notes, "chosen": chosen_label,
             "select_contest": select_contest(selection),
             "searches": choice.summary(), "evaluations": len(choice.evaluations),
+            "failures": failures(choice.evaluations),
             "seconds": {"ours": ours_seconds, "nncf": nncf_seconds, "total": time.monotonic() - started}}  # fmt: skip
 
 

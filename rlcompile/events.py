@@ -70,6 +70,15 @@ class Noise(Event):
 
 
 @dataclass(frozen=True)
+class Failed(Event):
+    """``count`` of ``total`` tries failed for one ``reason`` (plans a runtime cannot compile): told once per reason."""
+
+    count: int = 0
+    total: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Reuse(Event):
     """Finished work reused (a stage, a table, an output) or resumed (``done`` of ``total`` already done)."""
 

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from rlcompile.errors import RlcompileError
-from rlcompile.events import Event, Listener, Phase, Step, ignore
+from rlcompile.events import Event, Failed, Listener, Phase, Step, ignore
 from rlcompile.layer.group_table import group_model
 from rlcompile.layer.segments import CompiledSegment, Segment, SegmentEngine
 from rlcompile.layer.selection.candidates import ORIGINAL_GRAPH, Candidate, create_libraries
@@ -36,7 +36,7 @@ from rlcompile.manifest import AccuracyRecord
 from rlcompile.measure import DEFAULT, MeasureConfig
 from rlcompile.models.onnx_model import random_tensor
 from rlcompile.precision.contract import AccuracyContract, Samples, load_metric, load_samples, mean_error
-from rlcompile.precision.evaluate import BudgetSpent, Evaluation, Evaluator
+from rlcompile.precision.evaluate import BudgetSpent, Evaluation, Evaluator, failures
 from rlcompile.precision.quantize import Quantizer
 from rlcompile.precision.searches import SearchResult, create
 from rlcompile.precision.searches.recipes import recipe_modes
@@ -93,6 +93,7 @@ class PrecisionChoice:
                 "modes": [mode.label for mode in self.modes], "left_out": self.left_out, "units": self.units,
                 "searches": self.summary(), "evaluations": len(self.evaluations), "wall_s": self.wall_s,
                 "plans": [plan_record(e, self.units) for e in self.evaluations],
+                "failures": failures(self.evaluations),
                 "original_graph_plans": self.as_given}  # fmt: skip
 
 
@@ -250,6 +251,9 @@ def run_searches(evaluator: Evaluator, allowed: list[Mode], agent: str, seed: in
         results.append(result)
         found = result.best.plan.label(len(evaluator.units)) if result.best else "nothing within tolerance"
         progress(Event("precision", f"precision: {name}: {found} ({result.evaluations} new plans measured)"))
+    total = len(evaluator.cache)
+    for why, count in failures(evaluator.cache.values()).items():
+        progress(Failed("precision", f"precision: {count} of {total} plans measured failed: {why}", count, total, why))
     return results
 
 

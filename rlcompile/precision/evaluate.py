@@ -10,7 +10,8 @@ contract when its error exceeds the fp32 model's own by at most the tolerance.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +66,12 @@ class Evaluation:
     def ranking_ms(self) -> float:
         """What the plan is ranked by: its time in turns with the fp32 plans when screened, else the brief one."""
         return self.screened_ms if self.screened_ms is not None else self.ms
+
+
+def failures(evaluations: Iterable[Evaluation]) -> dict[str, int]:
+    """How many plans failed for each reason (a plan that does not compile, or whose outputs are not finite): where
+    every plan of a runtime fails alike, the searches lose that runtime, which the user is told."""
+    return dict(Counter(e.failure for e in evaluations if e.failure is not None))
 
 
 @dataclass

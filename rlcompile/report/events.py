@@ -12,7 +12,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rlcompile.events import Event, Step
+from rlcompile.events import Event, Failed, Step
 
 
 class EventLog:
@@ -42,14 +42,15 @@ class EventLog:
             self.tasks.clear()
 
     def __call__(self, event: Event | str) -> None:
+        style = "yellow" if isinstance(event, Failed) else "dim"  # what went wrong stands out from the progress
         if not self.console.is_terminal:
             if not self.terminal_only:
-                self.console.print(f"[dim]{event}[/dim]", highlight=False)
+                self.console.print(f"[{style}]{event}[/{style}]", highlight=False)
             return
         if isinstance(event, Step) and event.total > 0:
             self.step(event)
             return
-        (self.bars.console if self.bars else self.console).print(f"[dim]{event}[/dim]", highlight=False)
+        (self.bars.console if self.bars else self.console).print(f"[{style}]{event}[/{style}]", highlight=False)
 
     def step(self, event: Step) -> None:
         if self.bars is None:

@@ -23,6 +23,8 @@ class CountingEvaluator(Evaluator):
     probed: bool = False
     #: what each unit's int8 kernels save (ms), as a runtime's counters tell; None: unknown, every unit saves 1 ms
     saved: tuple[float, ...] | None = None
+    #: the runtime that cannot compile a plan with int8 groups (each such plan fails, as a real compile's would)
+    fails_in: str | None = None
 
     def sensitivity(self, mode: Mode) -> np.ndarray | None:
         return np.array(self.deviations) if self.probed else super().sensitivity(mode)
@@ -39,6 +41,10 @@ class CountingEvaluator(Evaluator):
             return self.cache[plan]
         if self.spent:
             raise BudgetSpent
+        if plan.int8 and plan.mode.runtime == self.fails_in:
+            self.cache[plan] = Evaluation(plan, failure=f"{self.fails_in} cannot compile the plan")
+            self.visited.append(plan)
+            return self.cache[plan]
         deviation = float(np.array(self.deviations)[list(plan.int8)].sum())
         ms = 10.0 - (len(plan.int8) if self.saved is None else float(np.array(self.saved)[list(plan.int8)].sum()))
         error = np.floor(deviation / 0.1 + 1e-9) / 32
@@ -50,8 +56,8 @@ class CountingEvaluator(Evaluator):
 
 
 def counting(deviations: list[float], max_evaluations: int = 200, probed: bool = False,
-             saved: list[float] | None = None) -> CountingEvaluator:  # fmt: skip
+             saved: list[float] | None = None, fails_in: str | None = None) -> CountingEvaluator:  # fmt: skip
     units = [Unit(i, f"g{i}", (f"n{i}",), 1.0) for i in range(len(deviations))]
     return CountingEvaluator(units, None, {}, None, None, [], 0.0, 0.01, 1, max_evaluations=max_evaluations,
                              deviations=tuple(deviations), probed=probed,
-                             saved=None if saved is None else tuple(saved))  # fmt: skip
+                             saved=None if saved is None else tuple(saved), fails_in=fails_in)  # fmt: skip

@@ -160,3 +160,23 @@ def test_the_fastest_plan_is_measured_again_on_the_graph_as_the_user_gave_it(tmp
                                fp32_error) == []  # fmt: skip
     for each in made:
         each.close()
+
+
+def test_plans_a_runtime_cannot_compile_are_told_with_how_many_failed():
+    """Every OpenVINO int8 plan failing alike (a plan the runtime cannot read) leaves the searches without that
+    runtime: the user is told once, with the reason and how many plans it took, besides the manifest's record."""
+    from types import SimpleNamespace
+
+    from rlcompile.events import Failed
+    from rlcompile.precision.api import run_searches
+    from rlcompile.precision.evaluate import failures
+
+    events = []
+    evaluator = counting([0.01, 0.02, 0.03, 0.04], fails_in="openvino")
+    evaluator.quantizer = SimpleNamespace(original=onnx.ModelProto())  # a graph no recipe changes
+    run_searches(evaluator, [Mode("ort"), Mode("openvino")], "qlearning", 0, events.append)
+    failed = [e for e in evaluator.cache.values() if e.failure is not None]
+    assert failed and all(e.plan.mode.runtime == "openvino" and e.plan.int8 for e in failed)
+    told = [(event.count, event.total, event.reason) for event in events if isinstance(event, Failed)]
+    assert told == [(len(failed), len(evaluator.cache), "openvino cannot compile the plan")]
+    assert failures(evaluator.cache.values()) == {"openvino cannot compile the plan": len(failed)}
