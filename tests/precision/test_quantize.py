@@ -108,7 +108,7 @@ def test_a_plan_of_some_groups_is_derived_from_the_model_of_all_as_the_quantizer
 
 def test_a_plan_is_derived_from_a_model_raised_from_an_older_opset(tmp_path: Path):
     """onnx's converter writes each Squeeze's axes as a Constant node without a name (PaddleOCR's recogniser at opset
-    11): a plan derived by name then lost every such Constant but one, and OpenVINO could not read it."""
+    11): a plan derived by name from such a model keeps one of those Constants for all, which OpenVINO cannot read."""
     from onnx import helper
 
     from rlcompile.precision.space import precision_units
