@@ -180,3 +180,22 @@ def test_plans_a_runtime_cannot_compile_are_told_with_how_many_failed():
     told = [(event.count, event.total, event.reason) for event in events if isinstance(event, Failed)]
     assert told == [(len(failed), len(evaluator.cache), "openvino cannot compile the plan")]
     assert failures(evaluator.cache.values()) == {"openvino cannot compile the plan": len(failed)}
+
+
+def test_the_finalists_built_again_on_the_users_graph_are_whole_plans_of_distinct_modes():
+    """Every group in int8 or none (a plan of some groups names the rewritten graph's groups), one per mode (the
+    recipe is part of it), the fastest first, at most AS_GIVEN_PLANS."""
+    from rlcompile.precision.api import AS_GIVEN_PLANS, as_given_finalists
+    from rlcompile.precision.evaluate import Evaluation
+    from rlcompile.precision.space import Recipe
+
+    smoothed = Mode("openvino", "bf16", Recipe(smoothing=0.8, residuals=False))
+    plain = Mode("openvino", "bf16", Recipe(residuals=False))
+    found = [(Evaluation(PrecisionPlan(plain, frozenset(range(4)))), "recipes", None),
+             (Evaluation(PrecisionPlan(plain, frozenset(range(4)))), "greedy", None),
+             (Evaluation(PrecisionPlan(smoothed, frozenset(range(3)))), "qlearning", None),
+             (Evaluation(PrecisionPlan(smoothed, frozenset(range(4)))), "proxy", None),
+             (Evaluation(PrecisionPlan(Mode("ort"), frozenset(range(4)))), "uniform", None)]  # fmt: skip
+    chosen = as_given_finalists(found, units=4)
+    assert [(e.plan.mode, by) for e, by in chosen] == [(plain, "recipes"), (smoothed, "proxy")]
+    assert len(chosen) == AS_GIVEN_PLANS
