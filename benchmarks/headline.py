@@ -18,12 +18,8 @@ START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 
 OPTIMIZE_JSON = "results/optimize/optimize.json"
 OPTIMIZE_COMMAND = "python benchmarks/optimize.py --models resnet50,ocr-det,mobilenet_v2 --budget 4m"
-PRECISION_JSON = "results/precision/emerald-rapids/precision.json"
-PRECISION_COMMAND = "python benchmarks/precision.py --out results/precision/emerald-rapids"
-#: The real-weight transformer's run (the trained sentence encoder), on the machine that measured it
-TRANSFORMER_JSON = "results/precision/zen5/precision.json"
-TRANSFORMER_COMMAND = "python benchmarks/precision.py --models minilm,paraphrase --out results/precision/zen5"
-TRANSFORMERS = ("minilm", "paraphrase")
+PRECISION_JSON = "results/precision/zen5/precision.json"
+PRECISION_COMMAND = "python benchmarks/precision.py --out results/precision/zen5"
 CORPUS_JSON = "results/real_world/real_world.json"
 CORPUS_COMMAND = "python benchmarks/real_world.py"
 SHAPES_JSON = "results/shapes/zen4/shapes.json"
@@ -57,20 +53,12 @@ def optimize_rows() -> list[list[str]]:
 
 
 def precision_rows() -> list[list[str]]:
-    """``--precision auto`` within tolerance 0.01 on held-out data, against the fastest fp32 native and NNCF: the
-    zoo and the tasks on one machine, the real-weight transformers on the machine that ran them."""
-    return (precision_rows_of(PRECISION_JSON, PRECISION_COMMAND, lambda name: name not in TRANSFORMERS)
-            + precision_rows_of(TRANSFORMER_JSON, TRANSFORMER_COMMAND, lambda name: name in TRANSFORMERS))
-
-
-def precision_rows_of(path: str, command: str, wanted) -> list[list[str]]:
-    """The rows of one precision JSON, for the models ``wanted`` takes."""
-    data = load(path)
+    """``--precision auto`` within tolerance 0.01 on held-out data, against the fastest fp32 native and NNCF: every
+    model of the benchmark, on one machine."""
+    data = load(PRECISION_JSON)
     where = machine_words(data["machine"]["signature"])
     rows = []
     for name, model in data["models"].items():
-        if not wanted(name):
-            continue
         plans = {row["plan"]: row for row in model["rows"]}
         ours = plans[model["chosen"]]
         nncf = [row for plan, row in plans.items() if plan.startswith("nncf")]
@@ -80,7 +68,7 @@ def precision_rows_of(path: str, command: str, wanted) -> list[list[str]]:
             nncf_words = (f"NNCF {best['vs_fp32']:.2f}x" if best["within"]
                           else f"NNCF {best['vs_fp32']:.2f}x but outside the tolerance")  # fmt: skip
         figure = f"{ours['vs_fp32']:.2f}x the fastest fp32 time ({nncf_words})"
-        rows.append([f"`--precision auto` on {name}", figure, where, path, command])
+        rows.append([f"`--precision auto` on {name}", figure, where, PRECISION_JSON, PRECISION_COMMAND])
     return rows
 
 

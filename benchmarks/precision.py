@@ -1,6 +1,7 @@
 """Precision as a decision against what users already have: latency against error, per model.
 
-    python benchmarks/precision.py [--models ocr-rec,ocr-cls,resnet18,mobilenet_v2,bert,ocr-det,minilm,paraphrase]
+    python benchmarks/precision.py [--models ocr-rec,ocr-cls,lenet-digits,resnet18,mobilenet_v2,bert,ocr-det,minilm,
+                                             paraphrase]
                                    [--tolerance 0.01] [--samples 64] [--no-nncf] [--nncf-iterations 30]
                                    [--search-minutes 10]
                                    [--out results/precision]
@@ -63,11 +64,15 @@ console = Console(width=200)
 TASKS = {"ocr-rec": "rlcompile.models.tasks:text_error", "ocr-cls": "top1", "lenet-digits": "top1",
          "ocr-det": "rlcompile.models.tasks:detection_error", "minilm": "rlcompile.models.sentences:embedding_error",
          "paraphrase": "rlcompile.models.sentences:embedding_error"}  # fmt: skip
+#: Every model the benchmark measures by default, one after the other (``--models`` picks some; the JSON merges runs)
+MODELS = ("ocr-rec", "ocr-cls", "lenet-digits", "resnet18", "mobilenet_v2", "bert", "ocr-det", "minilm", "paraphrase")
 #: The sentence encoders: their recall@10 is measured too
 ENCODERS = ("minilm", "paraphrase")
 #: The fixed input shapes of a task's model exported with dynamic axes (the sequence the transformer is judged at)
 SHAPES = {"minilm": {name: (1, 128) for name in ("input_ids", "attention_mask", "token_type_ids")}}
 TIMING = MeasureConfig(warmup=2, min_repeats=5, min_time_s=1.0)
+#: The plot's panels a row, one a model (nine models in three rows stay readable)
+PLOT_COLUMNS = 3
 TWIN = " (identical session)"
 #: The noise probes: a second session of each fp32 library (OpenVINO's own, since its contenders here are the ones
 #: compared: two compiled instances of PaddleOCR's classifier read 0.73 and 0.82 ms in one contest, while ONNX
@@ -379,9 +384,12 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    count = len(results)
-    figure, axes = plt.subplots(1, count, figsize=(5 * count, 4), squeeze=False)
-    for axis, (name, result) in zip(axes[0], results.items(), strict=True):
+    columns = min(len(results), PLOT_COLUMNS)
+    rows = -(-len(results) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
+    for axis in axes.flat[len(results):]:
+        axis.set_visible(False)
+    for axis, (name, result) in zip(axes.flat, results.items(), strict=False):
         for row in result["rows"]:
             color = "tab:green" if row["plan"].startswith("ours") else "tab:blue" if "nncf" in row["plan"] else "grey"
             axis.scatter(max(row["excess"], 1e-6), row["vs_fp32"], color=color, s=18)
@@ -397,7 +405,7 @@ def plot(results: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="ocr-rec,ocr-cls,resnet18,mobilenet_v2,bert,ocr-det")
+    parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--tolerance", type=float, default=0.01)
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
