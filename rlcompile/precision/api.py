@@ -144,8 +144,8 @@ def choose_precision(selection: Selection, contract: AccuracyContract, agent: st
         folder = None if work is None else work / AS_GIVEN
         twin = evaluator_for(group_model(selection.model), contract, samples, metric, reference, fp32_error, created,
                              threads, folder, final_deadline, len(whole))  # fmt: skip
-        for fastest, found_by in whole:
-            finalists += as_given_candidates(evaluator, twin, fastest, found_by, selection, contract, samples,
+        for finalist, found_by in whole:
+            finalists += as_given_candidates(evaluator, twin, finalist, found_by, selection, contract, samples,
                                              fp32_error, progress)  # fmt: skip
     progress(Phase("precision", f"precision: timing {len(finalists)} precision plans with the fp32 plans in turns",
                    "measure"))  # fmt: skip
@@ -194,15 +194,15 @@ def as_given_finalists(found: list[tuple[Evaluation, str, Candidate]], units: in
     return list(chosen.values())[:AS_GIVEN_PLANS]
 
 
-def as_given_candidates(evaluator: Evaluator, twin: Evaluator, fastest: Evaluation, found_by: str,
+def as_given_candidates(evaluator: Evaluator, twin: Evaluator, finalist: Evaluation, found_by: str,
                         selection: Selection, contract: AccuracyContract, samples: Samples, fp32_error: float,
                         progress: Listener = ignore) -> list[Candidate]:  # fmt: skip
-    """A finalist's plan (``fastest``) lowering the graph as the user gave it (``twin``'s), as a candidate of its own
+    """A finalist's plan (``finalist``) lowering the graph as the user gave it (``twin``'s), as a candidate of its own
     when it stays within the contract there: the same mode and recipe, every group in int8 or none (a plan of some
     groups names groups of the rewritten graph). The graph level keeps a rewrite that ONNX Runtime runs faster in
     fp32, and a lowered plan runs other kernels: on all-MiniLM-L6-v2 (2-core Zen 5) the projections merged into one
     MatMul ran 11-14% faster in ONNX Runtime fp32 and made OpenVINO's int8 plan 2% slower. The final contest decides."""
-    plan = fastest.plan
+    plan = finalist.plan
     if 0 < len(plan.int8) < len(evaluator.units) or (plan.int8 and not twin.units):
         return []
     lowered = PrecisionPlan(plan.mode, frozenset(range(len(twin.units))) if plan.int8 else frozenset())
